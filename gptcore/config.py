@@ -1,0 +1,151 @@
+"""The shape of a GPT-2-class model, with validation that tells the user how to fix it.
+
+Everything else (parameter counts, the model, loading, the config panel) reads a
+`GPTConfig`, so bad values are caught here once, with a message naming the field.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+# Beyond these the model could not be built on any machine a user of this tool has;
+# they exist to turn a typo (an extra zero or three) into a message, not an OOM.
+MAX_VOCAB = 1_000_000
+MAX_BLOCK = 131_072
+MAX_LAYER = 512
+MAX_HEAD = 1024
+MAX_EMBD = 65_536
+MAX_MLP_RATIO = 64
+
+LN_PLACEMENTS = ("pre", "post")
+
+
+class ConfigError(ValueError):
+    """A config value that cannot build a model; `field` names the offending field."""
+
+    def __init__(self, field_name: str, message: str):
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+        self.reason = message
+
+
+PRESETS: dict[str, dict] = {
+    # The published GPT-2 shapes (Radford et al. 2019; HF config.json files).
+    "gpt2": dict(n_layer=12, n_head=12, n_embd=768),
+    "gpt2-medium": dict(n_layer=24, n_head=16, n_embd=1024),
+    "gpt2-large": dict(n_layer=36, n_head=20, n_embd=1280),
+    "gpt2-xl": dict(n_layer=48, n_head=25, n_embd=1600),
+    # DistilGPT2: GPT-2 small with half the blocks.
+    "distilgpt2": dict(n_layer=6, n_head=12, n_embd=768),
+}
+PRESET_ALIASES = {
+    "openai-community/gpt2": "gpt2",
+    "openai-community/gpt2-medium": "gpt2-medium",
+    "openai-community/gpt2-large": "gpt2-large",
+    "openai-community/gpt2-xl": "gpt2-xl",
+    "distilbert/distilgpt2": "distilgpt2",
+}
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Hyper-parameters of a GPT-2-class decoder.
+
+    `qkv_bias=None` follows `bias`; some textbooks build GPT-2 with every bias on except
+    the query/key/value projection, so it can be set on its own. `ln_placement` and
+    `residual` exist for teaching (the residual panel): GPT-2 is pre-LN with residuals.
+    """
+
+    vocab_size: int = 50257
+    block_size: int = 1024
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    dropout: float = 0.0
+    bias: bool = True
+    qkv_bias: bool | None = None
+    tie_weights: bool = True
+    mlp_ratio: float = 4
+    ln_placement: str = "pre"
+    residual: bool = True
+    layer_norm_eps: float = 1e-5
+
+    def __post_init__(self):
+        self.validate()
+
+    # -- derived -------------------------------------------------------------------
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def d_mlp(self) -> int:
+        return int(round(self.mlp_ratio * self.n_embd))
+
+    @property
+    def use_qkv_bias(self) -> bool:
+        return self.bias if self.qkv_bias is None else bool(self.qkv_bias)
+
+    # -- construction ----------------------------------------------------------------
+    @classmethod
+    def preset(cls, name: str, **overrides) -> "GPTConfig":
+        key = PRESET_ALIASES.get(name, name)
+        if key not in PRESETS:
+            raise ConfigError("preset", f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+        return cls(**{**PRESETS[key], **overrides})
+
+    def replace(self, **changes) -> "GPTConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "GPTConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ConfigError(unknown[0], f"not a GPTConfig field; known fields are {', '.join(sorted(names))}")
+        return cls(**values)
+
+    # -- validation ------------------------------------------------------------------
+    def validate(self) -> None:
+        _positive_int("vocab_size", self.vocab_size, MAX_VOCAB)
+        _positive_int("block_size", self.block_size, MAX_BLOCK)
+        _positive_int("n_layer", self.n_layer, MAX_LAYER)
+        _positive_int("n_head", self.n_head, MAX_HEAD)
+        _positive_int("n_embd", self.n_embd, MAX_EMBD)
+        if self.n_embd % self.n_head:
+            lower = max(d for d in range(1, self.n_head + 1) if self.n_embd % d == 0)
+            raise ConfigError(
+                "n_head",
+                f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}; "
+                f"pick n_head dividing n_embd (e.g. {lower}) or change n_embd to a multiple of {self.n_head}",
+            )
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not (0.0 <= self.dropout < 1.0):
+            raise ConfigError("dropout", f"{self.dropout!r} is outside [0, 1); use e.g. 0.0 (no dropout) or 0.1")
+        for name in ("bias", "tie_weights", "residual"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(name, f"must be True or False, got {getattr(self, name)!r}")
+        if self.qkv_bias is not None and not isinstance(self.qkv_bias, bool):
+            raise ConfigError("qkv_bias", f"must be True, False or None (follow `bias`), got {self.qkv_bias!r}")
+        ratio = self.mlp_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not (0 < ratio <= MAX_MLP_RATIO):
+            raise ConfigError("mlp_ratio", f"{ratio!r} must be a number in (0, {MAX_MLP_RATIO}]; GPT-2 uses 4")
+        if abs(ratio * self.n_embd - round(ratio * self.n_embd)) > 1e-6:
+            raise ConfigError("mlp_ratio", f"mlp_ratio × n_embd = {ratio * self.n_embd} must be a whole number of MLP units")
+        if self.ln_placement not in LN_PLACEMENTS:
+            raise ConfigError("ln_placement", f"{self.ln_placement!r} is not one of {LN_PLACEMENTS}; GPT-2 uses 'pre'")
+        eps = self.layer_norm_eps
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (0 < eps < 1):
+            raise ConfigError("layer_norm_eps", f"{eps!r} must be in (0, 1); GPT-2 uses 1e-5")
+
+
+def _positive_int(name: str, value, upper: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(name, f"must be a whole number, got {value!r}")
+    if value <= 0:
+        raise ConfigError(name, f"must be positive, got {value}")
+    if value > upper:
+        raise ConfigError(name, f"{value:,} is absurdly large (limit {upper:,}); check for a typo")
+

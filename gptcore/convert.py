@@ -1,0 +1,174 @@
+"""State-dict conversion from the GPT-2 checkpoint layouts people have (HF, nanoGPT).
+
+One fixed renaming table; HF's Conv1D stores its weight as (in, out), so four matrices per
+block are transposed. nanoGPT uses nn.Linear and needs no transposes. Tensors are never
+copied here beyond the transposes' views: loading fills the model with `assign=True`.
+"""
+from __future__ import annotations
+
+import re
+from typing import Mapping
+
+import torch
+
+from .config import GPTConfig
+
+# HF GPT-2 (also nanoGPT's) inner name -> ours. Applied to the part after the prefix.
+_TOP_LEVEL = {
+    "wte.weight": "embed.weight",
+    "wpe.weight": "pos_embed.weight",
+    "ln_f.weight": "ln_final.weight",
+    "ln_f.bias": "ln_final.bias",
+}
+_IN_BLOCK = {
+    "ln_1": "ln1",
+    "ln_2": "ln2",
+    "attn.c_attn": "attn.c_attn",
+    "attn.c_proj": "attn.c_proj",
+    "mlp.c_fc": "mlp.c_fc",
+    "mlp.c_proj": "mlp.c_proj",
+}
+CONV1D_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+# Buffers that older HF checkpoints carry (the causal mask); not parameters of ours.
+_IGNORED = re.compile(r"(^|\.)attn\.(bias|masked_bias)$")
+_BLOCK = re.compile(r"^h\.(\d+)\.(.+)\.(weight|bias)$")
+_PREFIXES = ("_orig_mod.", "module.", "transformer.")
+
+
+class ConversionError(ValueError):
+    """Keys or shapes that cannot be a GPT-2 checkpoint; the message lists them."""
+
+
+def strip_prefixes(key: str) -> str:
+    changed = True
+    while changed:
+        changed = False
+        for prefix in _PREFIXES:
+            if key.startswith(prefix):
+                key, changed = key[len(prefix):], True
+    return key
+
+
+def rename_key(key: str) -> str | None:
+    """Our name for a checkpoint key, or None for buffers we do not keep."""
+    bare = strip_prefixes(key)
+    if _IGNORED.search(bare):
+        return None
+    if bare == "lm_head.weight":
+        return "unembed.weight"
+    if bare in _TOP_LEVEL:
+        return _TOP_LEVEL[bare]
+    match = _BLOCK.match(bare)
+    if match and match.group(2) in _IN_BLOCK:
+        index, inner, kind = match.groups()
+        return f"blocks.{index}.{_IN_BLOCK[inner]}.{kind}"
+    return "?" + key  # unknown: reported as unexpected by the caller
+
+
+def convert_state_dict(state: Mapping[str, torch.Tensor], *, conv1d: bool) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """Rename (and for HF, transpose) -> (our state dict, unexpected original keys)."""
+    out: dict[str, torch.Tensor] = {}
+    unexpected: list[str] = []
+    for key, tensor in state.items():
+        name = rename_key(key)
+        if name is None:
+            continue
+        if name.startswith("?"):
+            unexpected.append(key)
+            continue
+        if conv1d and name.endswith(CONV1D_WEIGHTS):
+            tensor = tensor.t()
+        out[name] = tensor
+    return out, unexpected
+
+
+def infer_config(state: Mapping[str, torch.Tensor], n_head: int | None = None, **overrides) -> GPTConfig:
+    """A GPTConfig from tensor shapes alone. The head count is not in any shape, so it
+    comes from `n_head`, else the GPT-2 preset with that width, else 64-wide heads."""
+    ours, _ = convert_state_dict(state, conv1d=False)
+    if "embed.weight" not in ours or "pos_embed.weight" not in ours:
+        raise ConversionError("no token/position embedding (wte/wpe) found: not a GPT-2 checkpoint")
+    vocab, d = ours["embed.weight"].shape
+    block = ours["pos_embed.weight"].shape[0]
+    layers = 1 + max((int(k.split(".")[1]) for k in ours if k.startswith("blocks.")), default=-1)
+    fc = ours.get("blocks.0.mlp.c_fc.weight")
+    d_mlp = 4 * d if fc is None else (fc.shape[0] if fc.shape[1] == d else fc.shape[1])  # (d_mlp, d) or (d, d_mlp)
+    if n_head is None:
+        by_width = {768: 12, 1024: 16, 1280: 20, 1600: 25}
+        n_head = by_width.get(d, max(1, d // 64))
+    has_bias = "blocks.0.attn.c_proj.bias" in ours if layers else "ln_final.bias" in ours
+    qkv_bias = "blocks.0.attn.c_attn.bias" in ours if layers else None
+    values = dict(
+        vocab_size=vocab, block_size=block, n_layer=layers, n_head=n_head, n_embd=d,
+        bias=has_bias, qkv_bias=None if qkv_bias == has_bias else qkv_bias,
+        tie_weights=_head_is_tied(ours), mlp_ratio=d_mlp / d,
+    )
+    values.update(overrides)
+    return GPTConfig(**values)
+
+
+def _head_is_tied(ours: Mapping[str, torch.Tensor]) -> bool:
+    """No head saved, or a head that is the embedding (same storage or same values)."""
+    head, embed = ours.get("unembed.weight"), ours["embed.weight"]
+    if head is None:
+        return True
+    if head.shape != embed.shape:
+        return False
+    return head.data_ptr() == embed.data_ptr() or bool(torch.equal(head, embed))
+
+
+def config_from_hf(hf_config) -> GPTConfig:
+    """GPTConfig from a transformers GPT2Config (or its dict)."""
+    get = hf_config.get if isinstance(hf_config, dict) else lambda k, default=None: getattr(hf_config, k, default)
+    n_embd = get("n_embd")
+    n_inner = get("n_inner") or 4 * n_embd
+    return GPTConfig(
+        vocab_size=get("vocab_size"),
+        block_size=get("n_positions"),
+        n_layer=get("n_layer"),
+        n_head=get("n_head"),
+        n_embd=n_embd,
+        mlp_ratio=n_inner / n_embd,
+        tie_weights=bool(get("tie_word_embeddings", True)),
+        layer_norm_eps=get("layer_norm_epsilon", 1e-5),
+    )
+
+
+def check_against(model_state: Mapping[str, torch.Tensor], ours: Mapping[str, torch.Tensor], unexpected: list[str], tied: bool) -> None:
+    """Raise ConversionError listing every missing key, extra key and shape mismatch."""
+    expected = set(model_state)
+    if tied:
+        expected.discard("unembed.weight")
+    given = set(ours)
+    if tied and "unembed.weight" in given:
+        given.discard("unembed.weight")  # a saved copy of the tied head is harmless
+    problems = []
+    missing = sorted(expected - given)
+    extra = sorted(given - expected) + unexpected
+    if missing:
+        problems.append(f"missing keys: {', '.join(missing[:12])}{' …' if len(missing) > 12 else ''}")
+    if extra:
+        problems.append(f"unexpected keys: {', '.join(extra[:12])}{' …' if len(extra) > 12 else ''}")
+    for key in sorted(expected & given):
+        want, got = tuple(model_state[key].shape), tuple(ours[key].shape)
+        if want != got:
+            problems.append(f"shape mismatch for {key}: checkpoint {got}, model {want}")
+    if problems:
+        raise ConversionError("; ".join(problems))
+
+
+def from_hf_state_dict(state: Mapping[str, torch.Tensor], config: GPTConfig | None = None, hf_config=None):
+    """Our GPT holding the weights of an HF `GPT2LMHeadModel` state dict (no init spent)."""
+    from .model import GPT
+
+    if config is None:
+        config = config_from_hf(hf_config) if hf_config is not None else infer_config(state)
+    ours, unexpected = convert_state_dict(state, conv1d=True)
+    with torch.device("meta"):
+        model = GPT(config, init=None)
+    check_against(model.state_dict(), ours, unexpected, config.tie_weights)
+    if config.tie_weights:
+        ours.pop("unembed.weight", None)
+    model.load_state_dict({k: v.contiguous() for k, v in ours.items()}, strict=False, assign=True)
+    model.tie_weights()
+    return model

@@ -1,0 +1,102 @@
+"""Hook points: identity modules whose names come from the module tree.
+
+TransformerLens's idea: every activation worth looking at passes through a `HookPoint`,
+so `model.hooks([(name, fn)])` can read or replace it without touching the model code.
+A HookPoint with nothing attached is an identity call and costs nothing measurable.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Iterable, Iterator, Sequence, Union
+
+import torch
+from torch import nn
+
+# fn(tensor, hook) -> None (observe) or a tensor (replace the activation).
+HookFn = Callable[[torch.Tensor, "HookPoint"], Union[torch.Tensor, None]]
+NameFilter = Union[None, str, Sequence[str], Callable[[str], bool]]
+
+
+class HookPoint(nn.Module):
+    """Identity; `name` is filled in from `named_modules()` by the root model."""
+
+    def __init__(self):
+        super().__init__()
+        self.name: str = ""
+
+    @property
+    def active(self) -> bool:
+        """True when someone listens; lets attention skip materialising the pattern."""
+        return bool(self._forward_hooks)
+
+    def add_hook(self, fn: HookFn) -> torch.utils.hooks.RemovableHandle:
+        def call(module, _inputs, output):
+            return fn(output, module)
+
+        return self.register_forward_hook(call)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+def _make_filter(names_filter: NameFilter) -> Callable[[str], bool]:
+    if names_filter is None:
+        return lambda name: True
+    if isinstance(names_filter, str):
+        return lambda name: name == names_filter
+    if callable(names_filter):
+        return names_filter
+    wanted = set(names_filter)
+    return lambda name: name in wanted
+
+
+class HookedModule(nn.Module):
+    """Root-module mixin: names hook points, attaches hooks for a block of code, caches."""
+
+    def setup_hooks(self) -> None:
+        self.hook_dict: dict[str, HookPoint] = {}
+        for name, module in self.named_modules():
+            if isinstance(module, HookPoint):
+                module.name = name
+                self.hook_dict[name] = module
+
+    @property
+    def hook_names(self) -> list[str]:
+        return list(self.hook_dict)
+
+    @contextlib.contextmanager
+    def hooks(self, fwd_hooks: Iterable[tuple[Union[str, Callable[[str], bool]], HookFn]] = ()) -> Iterator["HookedModule"]:
+        """Attach hooks for the duration of a `with` block; always removes what it added,
+        also when the block raises. A hook's name may be a string or a predicate."""
+        handles = []
+        try:
+            for name, fn in fwd_hooks:
+                if callable(name):
+                    targets = [hp for n, hp in self.hook_dict.items() if name(n)]
+                else:
+                    if name not in self.hook_dict:
+                        raise KeyError(f"no hook point named {name!r}; see model.hook_names")
+                    targets = [self.hook_dict[name]]
+                handles.extend(hp.add_hook(fn) for hp in targets)
+            yield self
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def run_with_cache(self, *args, names_filter: NameFilter = None, device=None, **kwargs):
+        """Run forward and return `(output, cache)`, cache: {hook name: detached tensor}.
+
+        Only the hook points `names_filter` selects are stored (and, for attention, only
+        then is the pattern materialised), so a view pays for what it shows and no more.
+        """
+        keep = _make_filter(names_filter)
+        cache: dict[str, torch.Tensor] = {}
+
+        def store(tensor: torch.Tensor, hook: HookPoint):
+            value = tensor.detach()
+            cache[hook.name] = value.to(device) if device is not None else value
+
+        chosen = [(name, store) for name in self.hook_dict if keep(name)]
+        with self.hooks(chosen):
+            output = self(*args, **kwargs)
+        return output, cache

@@ -1,0 +1,167 @@
+"""Parameter accounting in closed form: no tensor is allocated, so the config panel can
+call it on every keystroke, even for gpt2-xl.
+
+The numbers people quote for "GPT-2's size" differ by convention (tied or untied head,
+with or without the position table), so every figure here says which convention it is.
+A property test checks `total` against `sum(p.numel() for p in GPT(cfg).parameters())`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import GPTConfig
+
+# Bytes per element for the dtypes a user can pick; names as torch prints them too.
+DTYPE_BYTES = {
+    "fp32": 4, "float32": 4, "torch.float32": 4,
+    "bf16": 2, "bfloat16": 2, "torch.bfloat16": 2,
+    "fp16": 2, "float16": 2, "torch.float16": 2,
+    "fp64": 8, "float64": 8, "torch.float64": 8,
+    "int8": 1, "torch.int8": 1,
+}
+
+# Display order of the breakdown, matching the order data flows through the model.
+COMPONENTS = (
+    "token embedding",
+    "position embedding",
+    "attention qkv",
+    "attention output",
+    "MLP in",
+    "MLP out",
+    "layer norms",
+    "final norm",
+    "output head",
+)
+
+
+@dataclass(frozen=True)
+class ComponentCount:
+    name: str
+    per_block: int  # parameters in one block (0 for components outside the blocks)
+    total: int  # summed over all blocks (or the single instance)
+    in_blocks: bool
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    """All the figures for one config.
+
+    total          unique parameters: with a tied head the shared matrix counts once
+                   (what `sum(p.numel() for p in model.parameters())` gives).
+    tied_total     the same config with the head tied to the token embedding.
+    untied_total   the same config with a separate output head (vocab × n_embd more).
+    non_embedding  nanoGPT's convention: total minus the position-embedding table only.
+                   The token embedding stays in because, tied, it is also the output
+                   head, which does real compute. (Kaplan et al. exclude both tables;
+                   that figure is `total - token - position` from `by_component`.)
+    by_component   one ComponentCount per entry of COMPONENTS; "output head" is 0 when tied.
+    """
+
+    config: GPTConfig
+    total: int
+    tied_total: int
+    untied_total: int
+    non_embedding: int
+    by_component: dict[str, ComponentCount]
+    per_block: int
+
+    @property
+    def tied(self) -> bool:
+        return self.config.tie_weights
+
+    @property
+    def tie_saving(self) -> int:
+        """How many parameters tying saves: exactly vocab_size × n_embd."""
+        return self.untied_total - self.tied_total
+
+    def memory_bytes(self, dtype="fp32") -> int:
+        """Bytes for the weights alone in `dtype`."""
+        return self.total * dtype_bytes(dtype)
+
+    def training_bytes(self, dtype="fp32", optimizer_dtype="fp32") -> int:
+        """Weights + gradients (in `dtype`) + Adam's two moments (in `optimizer_dtype`).
+
+        Activations are left out: they depend on batch and sequence length, not the config.
+        """
+        return self.total * (2 * dtype_bytes(dtype) + 2 * dtype_bytes(optimizer_dtype))
+
+
+def dtype_bytes(dtype) -> int:
+    key = str(dtype)
+    if key not in DTYPE_BYTES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of fp32, bf16, fp16, fp64")
+    return DTYPE_BYTES[key]
+
+
+def _block_components(cfg: GPTConfig) -> dict[str, int]:
+    d, h = cfg.n_embd, cfg.d_mlp
+    bias = 1 if cfg.bias else 0
+    ln = d * (1 + bias)  # weight (+ bias, which follows cfg.bias as in nanoGPT)
+    return {
+        "attention qkv": d * 3 * d + (3 * d if cfg.use_qkv_bias else 0),
+        "attention output": d * d + d * bias,
+        "MLP in": d * h + h * bias,
+        "MLP out": h * d + d * bias,
+        "layer norms": 2 * ln,
+    }
+
+
+def count_parameters(cfg: GPTConfig) -> ParamCount:
+    d, L = cfg.n_embd, cfg.n_layer
+    block = _block_components(cfg)
+    per_block = sum(block.values())
+    token = cfg.vocab_size * d
+    position = cfg.block_size * d
+    final_norm = d * (2 if cfg.bias else 1)
+    head = 0 if cfg.tie_weights else token
+
+    comps: dict[str, ComponentCount] = {}
+    for name in COMPONENTS:
+        if name in block:
+            comps[name] = ComponentCount(name, block[name], block[name] * L, True)
+    comps["token embedding"] = ComponentCount("token embedding", 0, token, False)
+    comps["position embedding"] = ComponentCount("position embedding", 0, position, False)
+    comps["final norm"] = ComponentCount("final norm", 0, final_norm, False)
+    comps["output head"] = ComponentCount("output head", 0, head, False)
+    comps = {name: comps[name] for name in COMPONENTS}
+
+    tied_total = token + position + per_block * L + final_norm
+    untied_total = tied_total + token
+    total = untied_total if not cfg.tie_weights else tied_total
+    return ParamCount(
+        config=cfg,
+        total=total,
+        tied_total=tied_total,
+        untied_total=untied_total,
+        non_embedding=total - position,
+        by_component=comps,
+        per_block=per_block,
+    )
+
+
+def format_count(n: int) -> str:
+    """Human figure: 124.44M, 1.56B, 5.2K."""
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f}{unit}"
+    return str(n)
+
+
+def format_bytes(n: float) -> str:
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def breakdown_table(count: ParamCount) -> str:
+    """Plain-text table for the command line: per block, total, share of the whole."""
+    rows = [f"{'component':<20}{'per block':>14}{'total':>16}{'share':>8}"]
+    for comp in count.by_component.values():
+        per = f"{comp.per_block:,}" if comp.in_blocks else "-"
+        share = 100.0 * comp.total / count.total if count.total else 0.0
+        label = comp.name + (" (tied)" if comp.name == "output head" and count.tied else "")
+        rows.append(f"{label:<20}{per:>14}{comp.total:>16,}{share:>7.1f}%")
+    rows.append("-" * 58)
+    rows.append(f"{'total (unique)':<20}{count.per_block:>14,}{count.total:>16,}")
+    return "\n".join(rows)
