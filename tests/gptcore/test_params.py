@@ -1,0 +1,165 @@
+"""Closed-form parameter accounting checked against the published GPT-2 sizes and against
+the real module tree (built on the meta device, so nothing is allocated)."""
+import subprocess
+import sys
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from gptcore import GPTConfig, count_parameters
+from gptcore.model import GPT
+from gptcore.params import COMPONENTS, breakdown_table, dtype_bytes, format_bytes, format_count
+
+# HF `model.num_parameters()` of the OpenAI checkpoints (tied head counted once).
+PUBLISHED_TOTALS = {
+    "gpt2": 124_439_808,
+    "gpt2-medium": 354_823_168,
+    "gpt2-large": 774_030_080,
+    "gpt2-xl": 1_557_611_200,
+    "distilgpt2": 81_912_576,
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_TOTALS))
+def test_published_totals(name):
+    count = count_parameters(GPTConfig.preset(name))
+    assert count.total == count.tied_total == PUBLISHED_TOTALS[name]
+    cfg = count.config
+    assert count.untied_total == PUBLISHED_TOTALS[name] + cfg.vocab_size * cfg.n_embd
+
+
+def test_gpt2_small_tied_and_untied():
+    tied = count_parameters(GPTConfig.preset("gpt2"))
+    untied = count_parameters(GPTConfig.preset("gpt2", tie_weights=False))
+    assert (tied.total, tied.untied_total) == (124_439_808, 163_037_184)
+    assert (untied.total, untied.tied_total) == (163_037_184, 124_439_808)
+    assert tied.tie_saving == untied.tie_saving == 50257 * 768 == 38_597_376
+    assert tied.tied and not untied.tied
+    # nanoGPT prints "number of parameters: 123.65M" for gpt2: total minus wpe only.
+    assert tied.non_embedding == 124_439_808 - 1024 * 768 == 123_653_376
+    assert untied.non_embedding == 163_037_184 - 1024 * 768
+    assert tied.by_component["output head"].total == 0
+    assert untied.by_component["output head"].total == 50257 * 768
+
+
+def test_gpt2_small_components_by_hand():
+    c = count_parameters(GPTConfig.preset("gpt2")).by_component
+    d = 768
+    assert list(c) == list(COMPONENTS)
+    assert c["attention qkv"].per_block == d * 3 * d + 3 * d
+    assert c["attention output"].per_block == d * d + d
+    assert c["MLP in"].per_block == d * 4 * d + 4 * d
+    assert c["MLP out"].per_block == 4 * d * d + d
+    assert c["layer norms"].per_block == 4 * d
+    assert c["final norm"].total == 2 * d and not c["final norm"].in_blocks
+    for comp in c.values():
+        assert comp.total == (comp.per_block * 12 if comp.in_blocks else comp.total)
+    assert count_parameters(GPTConfig.preset("gpt2")).per_block == 7_087_872
+
+
+def test_memory_and_training_bytes():
+    count = count_parameters(GPTConfig.preset("gpt2"))
+    n = 124_439_808
+    assert count.memory_bytes() == count.memory_bytes("fp32") == 4 * n
+    assert count.memory_bytes("bf16") == count.memory_bytes(torch.float16) == 2 * n
+    assert count.memory_bytes(torch.float64) == 8 * n
+    assert count.training_bytes("fp32") == 16 * n  # weights + grads + two Adam moments
+    assert count.training_bytes("bf16", optimizer_dtype="fp32") == (2 + 2 + 4 + 4) * n
+    assert count_parameters(GPTConfig.preset("gpt2", tie_weights=False)).memory_bytes() == 4 * 163_037_184
+    with pytest.raises(ValueError, match="fp32"):
+        dtype_bytes("fp12")
+
+
+def test_formatting_helpers():
+    assert format_count(124_439_808) == "124.44M"
+    assert format_count(1_557_611_200) == "1.56B"
+    assert format_count(5_200) == "5.20K" and format_count(12) == "12"
+    assert format_bytes(4 * 124_439_808) == "474.70 MiB"
+    assert format_bytes(100) == "100 B"
+    table = breakdown_table(count_parameters(GPTConfig.preset("gpt2")))
+    for name in COMPONENTS:
+        assert name in table
+    assert "output head (tied)" in table and "124,439,808" in table
+
+
+# Which of our parameter names belong to which component of the breakdown.
+def _component_of(name: str) -> str:
+    if name == "embed.weight":
+        return "token embedding"
+    if name == "pos_embed.weight":
+        return "position embedding"
+    if name == "unembed.weight":
+        return "output head"
+    if name.startswith("ln_final."):
+        return "final norm"
+    inner = name.split(".", 2)[2]  # blocks.{i}.<inner>
+    for prefix, comp in (("attn.c_attn.", "attention qkv"), ("attn.c_proj.", "attention output"),
+                         ("mlp.c_fc.", "MLP in"), ("mlp.c_proj.", "MLP out"),
+                         ("ln1.", "layer norms"), ("ln2.", "layer norms")):
+        if inner.startswith(prefix):
+            return comp
+    raise AssertionError(f"parameter {name} belongs to no component")
+
+
+def _meta_model(cfg: GPTConfig) -> GPT:
+    with torch.device("meta"):
+        return GPT(cfg, init=None)
+
+
+@st.composite
+def small_configs(draw):
+    n_head = draw(st.integers(1, 4))
+    n_embd = n_head * draw(st.integers(1, 8))
+    d_mlp = draw(st.integers(1, 4 * n_embd))
+    return GPTConfig(
+        vocab_size=draw(st.integers(1, 64)),
+        block_size=draw(st.integers(1, 32)),
+        n_layer=draw(st.integers(1, 4)),
+        n_head=n_head,
+        n_embd=n_embd,
+        bias=draw(st.booleans()),
+        qkv_bias=draw(st.sampled_from([None, True, False])),
+        tie_weights=draw(st.booleans()),
+        mlp_ratio=draw(st.sampled_from([d_mlp / n_embd, 4, 1, 2.5 if n_embd % 2 == 0 else 3])),
+        ln_placement=draw(st.sampled_from(["pre", "post"])),
+        residual=draw(st.booleans()),
+        dropout=draw(st.sampled_from([0.0, 0.1])),
+    )
+
+
+@settings(max_examples=50, deadline=None)
+@given(small_configs())
+def test_closed_form_matches_the_module_tree(cfg):
+    model = _meta_model(cfg)
+    assert all(p.device.type == "meta" for p in model.parameters())  # nothing allocated
+    count = count_parameters(cfg)
+    assert count.total == sum(p.numel() for p in model.parameters()) == model.num_parameters()
+    assert sum(c.total for c in count.by_component.values()) == count.total
+    measured = dict.fromkeys(COMPONENTS, 0)
+    for name, p in model.named_parameters():  # a tied matrix appears once, as embed.weight
+        measured[_component_of(name)] += p.numel()
+    assert measured == {name: c.total for name, c in count.by_component.items()}
+    assert count.per_block == sum(p.numel() for p in model.blocks[0].parameters())
+    assert count.tie_saving == cfg.vocab_size * cfg.n_embd
+    assert count.total == (count.tied_total if cfg.tie_weights else count.untied_total)
+    assert count.non_embedding == count.total - cfg.block_size * cfg.n_embd
+
+
+def test_gpt2_small_on_meta_matches_count():
+    for tie in (True, False):
+        cfg = GPTConfig.preset("gpt2", tie_weights=tie)
+        assert _meta_model(cfg).num_parameters() == count_parameters(cfg).total
+
+
+def test_count_on_gpt2_xl_needs_no_torch():
+    """Closed form: counting gpt2-xl imports no torch, so it cannot allocate a tensor."""
+    code = (
+        "import sys; from gptcore import GPTConfig, count_parameters;"
+        "c = count_parameters(GPTConfig.preset('gpt2-xl', tie_weights=False));"
+        "assert 'torch' not in sys.modules, 'torch was imported';"
+        "print(c.total)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) == 1_557_611_200 + 50257 * 1600
