@@ -1,0 +1,1 @@
+"""Controllers: connect a passive panel (explorer/panels) to the session through the task runner."""

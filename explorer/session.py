@@ -1,0 +1,243 @@
+"""The headless heart of the app: one model, its tokenizer and device. No Qt here.
+
+Panels never touch torch: every method takes plain Python values and returns frozen
+dataclasses of numpy arrays or plain values. That keeps the views testable without a
+model and lets the same calls run from a script.
+
+Threading rules (workers call these methods from pool threads):
+- `lock` (an RLock) is held while the model runs. Hook points are shared module state,
+  so two forwards at once would fire each other's hooks; long tasks (generation) take it
+  per step so other panels can interleave between tokens.
+- A model swap (load/build) does the slow part (reading, allocating) *outside* the lock
+  and then swaps model, info and `version` together under it. If loading fails, nothing
+  changes: the previous model stays loaded.
+- `version` goes up by one on every swap; a controller that computed for an older
+  version drops its result.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np  # noqa: F401  (the only array type that leaves this module)
+import torch
+
+from gptcore.config import GPTConfig
+from gptcore.params import count_parameters, format_bytes
+
+ProgressFn = Callable[[int, int, str], None]
+
+DEFAULT_SOURCE = "gpt2"
+UNTRAINED_HOW_TO = (
+    "Load real weights with File → Load GPT-2 small… (needs the network once; it is cached "
+    "afterwards), File → Open checkpoint… (a Hugging Face folder, a .safetensors file or a "
+    "nanoGPT ckpt.pt), or start with `gpt-explorer --model PATH`."
+)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    trained: bool
+    source: str
+    config: dict = field(default_factory=dict)  # GPTConfig.to_dict()
+    device: str = "cpu"
+    dtype: str = "float32"
+    n_params: int = 0
+    memory_bytes: int = 0
+    tied: bool = True
+    note: str = ""  # "" or why the model is what it is (e.g. the untrained label)
+
+    @property
+    def loaded(self) -> bool:
+        return self.n_params > 0
+
+
+NO_MODEL = ModelInfo(name="(no model yet)", trained=False, source="", note="loading…")
+
+
+class BuildRefused(ValueError):
+    """A build that would not fit in memory; the message carries the estimate."""
+
+
+def resolve_device(device: str | torch.device | None = None) -> torch.device:
+    """'auto'/None -> the best device gptcore picks; anything else is taken as given."""
+    if device is None or str(device) == "auto":
+        try:
+            from gptcore.loading import default_device
+        except ImportError:  # gptcore.loading not present: same rule, CUDA else CPU
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(default_device())
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("CUDA was requested but no CUDA device is available; use --device cpu (or auto)")
+    return dev
+
+
+def available_memory(device: torch.device) -> int:
+    """Bytes free for new tensors on `device`: VRAM from the driver, RAM from /proc/meminfo."""
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:  # other Unixes: free pages × page size (an underestimate, which is the safe side)
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62  # unknown: do not refuse on a guess
+
+
+def build_memory_estimate(cfg: GPTConfig) -> int:
+    """Bytes a fresh fp32 model needs: the weights, plus one layer's largest matrix drawn on
+    the CPU by the initialiser before it is copied into place."""
+    count = count_parameters(cfg)
+    largest = max(cfg.vocab_size, cfg.d_mlp, 3 * cfg.n_embd) * cfg.n_embd
+    return count.memory_bytes("fp32") + 4 * largest
+
+
+def _model_info(model, *, name: str, trained: bool, source: str, note: str = "") -> ModelInfo:
+    unique = {id(p): p for p in model.parameters()}.values()
+    return ModelInfo(
+        name=name,
+        trained=trained,
+        source=source,
+        config=model.config.to_dict(),
+        device=str(model.device),
+        dtype=str(model.dtype).replace("torch.", ""),
+        n_params=sum(p.numel() for p in unique),
+        memory_bytes=sum(p.numel() * p.element_size() for p in unique),
+        tied=model.config.tie_weights,
+        note=note,
+    )
+
+
+class Session:
+    """Model + tokenizer + device, swapped atomically; see the module docstring."""
+
+    def __init__(self, model=None, info: ModelInfo | None = None, device=None):
+        self.lock = threading.RLock()
+        self.model = model
+        self.device = model.device if model is not None else resolve_device(device)
+        self.info = info or (NO_MODEL if model is None else _model_info(model, name="model", trained=False, source=""))
+        self.version = 0 if model is None else 1
+        self._tokenizer = None
+
+    # -- basics --------------------------------------------------------------------------
+    @property
+    def has_model(self) -> bool:
+        return self.model is not None
+
+    @property
+    def config(self) -> GPTConfig | None:
+        return self.model.config if self.model is not None else None
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            from gptcore.tokenizer import gpt2_tokenizer
+
+            self._tokenizer = gpt2_tokenizer()
+        return self._tokenizer
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text))
+
+    def token_strings(self, ids) -> list[str]:
+        tok = self.tokenizer
+        return [tok.token_str(int(i)) for i in ids]
+
+    def _swap(self, model, info: ModelInfo) -> ModelInfo:
+        model.eval()
+        with self.lock:
+            old = self.model
+            self.model, self.info, self.device = model, info, model.device
+            self.version += 1
+        del old
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return info
+
+    # -- getting a model -----------------------------------------------------------------
+    def load(self, source, *, device=None, progress: ProgressFn | None = None, cancel=None) -> ModelInfo:
+        """Load anything gptcore.load takes; on failure the current model stays."""
+        from gptcore.loading import load
+
+        dev = resolve_device(device if device is not None else self.device)
+        model, load_info = load(str(source), device=str(dev), progress=progress, cancel=cancel)
+        name = getattr(load_info, "name", None) or str(source)
+        info = _model_info(model, name=name, trained=True, source=str(getattr(load_info, "path", source) or source))
+        return self._swap(model, info)
+
+    def build(self, config: dict, init_scheme: str = "gpt2", seed: int | None = None,
+              progress: ProgressFn | None = None, *, name: str | None = None, note: str = "",
+              device=None) -> ModelInfo:
+        """A fresh, untrained model from a config dict; refused before allocating if it won't fit."""
+        from gptcore.init import INIT_SCHEMES, init_weights
+        from gptcore.model import GPT
+
+        cfg = config if isinstance(config, GPTConfig) else GPTConfig.from_dict(dict(config))
+        if init_scheme not in INIT_SCHEMES:
+            raise ValueError(f"unknown init scheme {init_scheme!r}; choose one of {', '.join(INIT_SCHEMES)}")
+        dev = resolve_device(device if device is not None else self.device)
+        self.check_fits(cfg, dev)
+        report = progress or (lambda *_: None)
+        report(0, 3, "allocating weights")
+        with torch.device("meta"):
+            model = GPT(cfg, init=None)  # structure only: nothing allocated, nothing drawn twice
+        model = model.to_empty(device=dev)
+        model.tie_weights()  # to_empty makes separate tensors; share the head again
+        report(1, 3, f"initialising ({init_scheme})")
+        init_weights(model, init_scheme, seed=seed)
+        report(2, 3, "ready")
+        info = _model_info(model, name=name or f"custom ({cfg.n_layer}L × {cfg.n_embd}, {init_scheme} init)",
+                           trained=False, source=f"built: {init_scheme} init, seed {seed}", note=note)
+        self._swap(model, info)
+        report(3, 3, "done")
+        return info
+
+    def check_fits(self, cfg: GPTConfig, device: torch.device | None = None) -> None:
+        dev = device or self.device
+        need, have = build_memory_estimate(cfg), available_memory(dev)
+        if need > have:
+            count = count_parameters(cfg)
+            raise BuildRefused(
+                f"This model needs about {format_bytes(need)} ({count.total:,} parameters in fp32) "
+                f"but only {format_bytes(have)} is free on {dev}. Pick a smaller config "
+                f"(fewer layers, a narrower n_embd or a smaller vocabulary), or close other programs."
+            )
+
+    def load_default(self, progress: ProgressFn | None = None, cancel=None) -> ModelInfo:
+        """GPT-2 small when it can be had (cache or download); otherwise the same shape with
+        the gpt2 init, labelled untrained with how to get real weights. Never raises for
+        missing weights, so the app always opens."""
+        try:
+            return self.load(DEFAULT_SOURCE, progress=progress, cancel=cancel)
+        except Exception as exc:  # noqa: BLE001 - any reason (offline, cancelled, corrupt cache) -> fallback
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        note = f"UNTRAINED — random weights (gpt2 init), not GPT-2's. GPT-2 small could not be loaded: {reason}. {UNTRAINED_HOW_TO}"
+        return self.build(GPTConfig.preset("gpt2").to_dict(), "gpt2", seed=0, progress=progress,
+                          name="GPT-2 small shape (untrained)", note=note)
+
+    @classmethod
+    def tiny(cls, seed: int = 0, **config_overrides) -> "Session":
+        """A small random model on the CPU for tests: 2 layers, 4 heads, 64 wide, GPT-2 vocab."""
+        from gptcore.model import GPT
+
+        values = dict(n_layer=2, n_head=4, n_embd=64, block_size=128)
+        values.update(config_overrides)
+        model = GPT(GPTConfig(**values), init="gpt2", seed=seed).eval()
+        info = _model_info(model, name="tiny (test)", trained=False, source="Session.tiny")
+        return cls(model, info)
+
+    # --- attention ---
+
+    # --- residual ---
+
+    # --- generation ---

@@ -1,0 +1,106 @@
+"""Shared fixtures for the explorer's pytest-qt tests.
+
+`qapp`/`qtbot` come from pytest-qt (offscreen). The autouse `no_leaks` fixture fails any
+test that leaves background work running, an active QTimer owned by one of our objects,
+or a visible top-level window: those are exactly the things that make a desktop app hang
+on quit or slowly eat memory, and they are invisible unless a test looks.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import pytest  # noqa: E402
+
+from explorer.registry import PanelContext  # noqa: E402
+from explorer.session import Session  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _private_user_dirs(tmp_path_factory, monkeypatch):
+    """Settings, logs and caches of the app go to a temporary home, never the user's."""
+    home = tmp_path_factory.mktemp("home")
+    for var, sub in (("XDG_CONFIG_HOME", "config"), ("XDG_DATA_HOME", "data"),
+                     ("XDG_STATE_HOME", "state"), ("XDG_CACHE_HOME", "cache")):
+        monkeypatch.setenv(var, str(home / sub))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no test may reach the network
+    monkeypatch.setenv("HF_HOME", str(home / "hf"))
+    yield home
+
+
+@pytest.fixture
+def tiny_session() -> Session:
+    """A 2-layer, 4-head, 64-wide random model with GPT-2's vocabulary, on the CPU."""
+    return Session.tiny()
+
+
+@pytest.fixture
+def runner(qapp):
+    from explorer.workers import TaskRunner
+
+    r = TaskRunner()
+    yield r
+    finished = r.wait_all(5000)
+    qapp.processEvents()  # deliver what the last tasks queued, while the runner still exists
+    r.deleteLater()
+    assert finished, "a background task ignored its cancel token for 5 s"
+
+
+@pytest.fixture
+def panel_context(tiny_session, runner) -> PanelContext:
+    """What a panel factory receives, without a main window (ctx.window is None)."""
+    return PanelContext(session=tiny_session, runner=runner, window=None, prompt=None)
+
+
+def _leaks(qapp) -> list[str]:
+    from PySide6.QtCore import QCoreApplication, QEvent, QThreadPool, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from explorer.workers import live_runners
+
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    found = []
+    for r in live_runners():
+        if r.busy or r.active_count():
+            found.append(f"TaskRunner still running {r.active_count()} task(s)")
+    if QThreadPool.globalInstance().activeThreadCount():
+        found.append("work left running in the global QThreadPool")
+    for w in QApplication.topLevelWidgets():
+        if w.isVisible():
+            found.append(f"visible top-level widget {type(w).__name__} {w.windowTitle()!r}")
+    for w in QApplication.allWidgets():
+        if not type(w).__module__.startswith("explorer"):
+            continue
+        for t in w.findChildren(QTimer):
+            if t.isActive():
+                owner = t.parent()
+                found.append(f"active QTimer ({t.interval()} ms) owned by {type(owner).__name__}")
+    return found
+
+
+def _clean_up(qapp) -> None:
+    from PySide6.QtWidgets import QApplication
+
+    from explorer.workers import live_runners
+
+    for r in live_runners():
+        r.wait_all(5000)
+    for w in QApplication.topLevelWidgets():
+        if w.isVisible():
+            w.close()
+        w.deleteLater()
+    qapp.processEvents()
+
+
+@pytest.fixture(autouse=True)
+def no_leaks(request):
+    """Fail a test that leaves threads, timers or windows behind (after pytest-qt closed its widgets)."""
+    yield
+    if "qapp" not in request.fixturenames and "qtbot" not in request.fixturenames:
+        return  # a test that never touched Qt cannot leak Qt objects
+    qapp = request.getfixturevalue("qapp")
+    found = _leaks(qapp)
+    if found:
+        _clean_up(qapp)  # so one leak does not fail every later test too
+        pytest.fail("test leaked: " + "; ".join(sorted(set(found))), pytrace=False)
