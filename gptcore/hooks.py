@@ -64,6 +64,14 @@ class HookedModule(nn.Module):
     def hook_names(self) -> list[str]:
         return list(self.hook_dict)
 
+    def _check_names(self, names: NameFilter) -> None:
+        """A typo in a hook name must be an error, not a silently empty cache."""
+        if names is None or callable(names):
+            return
+        for name in [names] if isinstance(names, str) else names:
+            if name not in self.hook_dict:
+                raise KeyError(f"no hook point named {name!r}; see model.hook_names")
+
     @contextlib.contextmanager
     def hooks(self, fwd_hooks: Iterable[tuple[Union[str, Callable[[str], bool]], HookFn]] = ()) -> Iterator["HookedModule"]:
         """Attach hooks for the duration of a `with` block; always removes what it added,
@@ -74,8 +82,7 @@ class HookedModule(nn.Module):
                 if callable(name):
                     targets = [hp for n, hp in self.hook_dict.items() if name(n)]
                 else:
-                    if name not in self.hook_dict:
-                        raise KeyError(f"no hook point named {name!r}; see model.hook_names")
+                    self._check_names(name)
                     targets = [self.hook_dict[name]]
                 handles.extend(hp.add_hook(fn) for hp in targets)
             yield self
@@ -89,6 +96,7 @@ class HookedModule(nn.Module):
         Only the hook points `names_filter` selects are stored (and, for attention, only
         then is the pattern materialised), so a view pays for what it shows and no more.
         """
+        self._check_names(names_filter)
         keep = _make_filter(names_filter)
         cache: dict[str, torch.Tensor] = {}
 
