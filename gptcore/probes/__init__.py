@@ -1,0 +1,1 @@
+"""Probes: one forward pass with hooks, returning only what a view needs (attention, residual, lens)."""
