@@ -237,7 +237,97 @@ class Session:
         return cls(model, info)
 
     # --- attention ---
+    # A thin wrapper over gptcore.probes.attention: one forward with a bounded capture
+    # (thumbnails for every head, full resolution for `full_layers`), numpy out.
+    def attention(self, text: str, *, full_layers=(), thumb_size: int = 64, prepend_bos: bool = False,
+                  lens_top_k: int = 5) -> "AttentionResult":
+        """Every layer's and head's attention for `text` (cropped from the left to block_size)."""
+        import time
+
+        from gptcore.probes.attention import capture_attention
+
+        if self.model is None:
+            raise RuntimeError("no model is loaded yet; wait for loading to finish or open one from the File menu")
+        ids = self.encode(text)
+        with self.lock:
+            model, version = self.model, self.version
+            bos = self.tokenizer.eot_token if prepend_bos else None
+            started = time.perf_counter()
+            cap = capture_attention(model, ids, full_layers=full_layers, thumb_size=thumb_size,
+                                    lens_top_k=lens_top_k, bos=bos)
+            elapsed = time.perf_counter() - started
+        if cap.lens is not None:
+            lens_ids = cap.lens.top_ids.numpy()
+            lens_probs = cap.lens.top_probs.numpy()
+        else:
+            lens_ids = np.zeros((model.config.n_layer, 0), dtype=np.int64)
+            lens_probs = np.zeros((model.config.n_layer, 0), dtype=np.float32)
+        return AttentionResult(
+            text=text, token_ids=np.asarray(cap.token_ids, dtype=np.int64),
+            tokens=tuple(self.token_strings(cap.token_ids)), cropped=cap.cropped, total_tokens=len(ids),
+            block_size=model.config.block_size, bos_added=cap.bos_added,
+            thumbnails=cap.thumbnails.numpy(), bin_edges=cap.bin_edges.numpy(),
+            full={layer: p.numpy() for layer, p in cap.full.items()},
+            entropy=cap.entropy.numpy(), prev_token=cap.prev_token.numpy(), first_token=cap.first_token.numpy(),
+            lens_ids=lens_ids, lens_probs=lens_probs,
+            lens_tokens=tuple(tuple(self.token_strings(row)) for row in lens_ids),
+            version=version, forward_s=elapsed,
+        )
+
 
     # --- residual ---
 
     # --- generation ---
+
+
+# --- attention results ---
+@dataclass(frozen=True)
+class AttentionResult:
+    """One prompt's attention, every layer and head (see gptcore.probes.attention)."""
+
+    text: str  # the prompt as given
+    token_ids: np.ndarray  # (T,) int64, what the model read (after cropping; BOS first if added)
+    tokens: tuple[str, ...]  # (T,) token texts
+    cropped: int  # the user's tokens dropped from the left to fit block_size
+    total_tokens: int  # the user's tokens before cropping
+    block_size: int
+    bos_added: bool
+    thumbnails: np.ndarray  # (L, nh, t, t) float32, t = min(T, thumb size); rows sum to 1, causal
+    bin_edges: np.ndarray  # (t + 1,) thumbnail bin b covers token positions [e[b], e[b+1])
+    full: dict  # layer -> (nh, T, T) float32 full-resolution patterns, for the requested layers
+    entropy: np.ndarray  # (L, nh) mean attention entropy (nats), queries 1..T-1
+    prev_token: np.ndarray  # (L, nh) mean weight on the previous token
+    first_token: np.ndarray  # (L, nh) mean weight on position 0
+    lens_ids: np.ndarray  # (L, k) logit lens at the last position: top tokens after each layer
+    lens_probs: np.ndarray  # (L, k)
+    lens_tokens: tuple[tuple[str, ...], ...]  # (L, k) their texts
+    version: int  # Session.version it was computed with
+    forward_s: float  # seconds the capture forward took
+
+    @property
+    def n_layer(self) -> int:
+        return self.thumbnails.shape[0]
+
+    @property
+    def n_head(self) -> int:
+        return self.thumbnails.shape[1]
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def exact(self) -> bool:
+        """True when the thumbnails are the full patterns (no pooling)."""
+        return self.thumbnails.shape[-1] == self.n_tokens
+
+    def has_full(self, layer: int) -> bool:
+        return self.exact or layer in self.full
+
+    def pattern(self, layer: int, head: int) -> np.ndarray:
+        """(T, T) full-resolution pattern of one head, if captured (see has_full)."""
+        if layer in self.full:
+            return self.full[layer][head]
+        if self.exact:
+            return self.thumbnails[layer, head]
+        raise KeyError(f"layer {layer} was captured as thumbnails only")
