@@ -1,0 +1,310 @@
+"""Drives the generation pane: one forward per prompt for the live distribution, and
+streaming generation in a worker.
+
+Why the logits are cached: the bars must follow the temperature / top-k / top-p sliders
+at once, and a forward of GPT-2 small takes tens of milliseconds on a CPU. So the prompt
+is run once (debounced while typing, in a worker) and each slider move only re-applies
+the sampling transforms to the kept logits, on the GUI thread (about a millisecond).
+
+Why a queue next to the runner's progress callback: progress carries only numbers, and
+the runner drops progress of stale or cancelled tasks. The worker puts each token in
+this run's own queue and then pokes progress; the GUI drains the queue. A run that is no
+longer current (Stop, model swap, a new Generate) owns a queue nobody reads, so a late
+token can never land in the wrong text.
+"""
+from __future__ import annotations
+
+import queue
+import time
+from dataclasses import dataclass, field
+
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtWidgets import QVBoxLayout, QWidget
+
+from ..panels.generation_panel import GenerationPanel
+
+LOGITS_KEY = "generation.logits"
+RUN_KEY = "generation.run"
+DEBOUNCE_MS = 150
+SCREENSHOT_TOKENS = 40
+SHAPING_SETTINGS = ("temperature", "top_k", "top_p", "repetition_penalty")  # what the bars depend on  # what `--prompt` generates, so a screenshot shows streamed text
+
+
+@dataclass
+class _Run:
+    """One press of Generate."""
+
+    version: int
+    max_new_tokens: int
+    tokens: "queue.SimpleQueue" = field(default_factory=queue.SimpleQueue)  # (GeneratedToken, seconds)
+    shown: int = 0
+    produced: int = 0  # tokens the engine yielded (written by the worker)
+    first_at: float | None = None
+    last_at: float | None = None
+    end_reason: str = ""
+
+
+class GenerationPane(QWidget):
+    """The registry widget: GenerationPanel + the logic that feeds it."""
+
+    dataReady = Signal()  # the distribution is drawn (and the --prompt generation, if any, is done)
+    generationFinished = Signal(str)  # why it ended: "done", "stopped", "model changed", "error"
+
+    def __init__(self, ctx, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.ctx = ctx
+        self.session = ctx.session
+        self.runner = ctx.runner
+        vocab = self.session.config.vocab_size if self.session.has_model else 50257
+        self.view = GenerationPanel(vocab_size=min(vocab, 50257))
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.view)
+
+        self.logits = None  # NextTokenLogits for the current prompt and model, or None
+        self.distribution = None  # the Distribution last drawn
+        self._run: _Run | None = None
+        self._ready_sent = False
+        self._generate_when_ready = False  # set by set_prompt: generate once the logits are in
+        self._hold_ready_for_run = False
+        self.last_rate: float | None = None  # decode tokens/s of the last finished run
+
+        self._debounce = QTimer(self)
+        self._debounce.setSingleShot(True)
+        self._debounce.setInterval(DEBOUNCE_MS)
+        self._debounce.timeout.connect(self.refresh_logits)
+        self.view.promptChanged.connect(lambda _text: self._debounce.start())
+        self.view.settingsChanged.connect(self.redraw_distribution)
+        self.view.generateRequested.connect(self.start_generation)
+        self.view.stopRequested.connect(self.stop_generation)
+
+        if ctx.prompt is not None:
+            self.set_prompt(ctx.prompt)
+        elif self.session.has_model:
+            self.refresh_logits()
+
+    # -- registry hooks --------------------------------------------------------------------
+    def set_prompt(self, text: str) -> None:
+        """Show `text`, draw its distribution, then generate a short continuation, so that
+        a screenshot (`--prompt`) shows both; `dataReady` waits for that generation."""
+        self._debounce.stop()
+        self.view.set_prompt_text(text)
+        self._debounce.stop()  # setting the text started it; run now instead
+        self._generate_when_ready = True
+        self._hold_ready_for_run = True
+        self.view.set_settings(max_new_tokens=SCREENSHOT_TOKENS)
+        if self.session.has_model:
+            self.refresh_logits()
+
+    def on_model_changed(self) -> None:
+        """A new model: the running generation stops (its text stays, marked), the cached
+        logits are dropped and the distribution is recomputed with the new model."""
+        if self._run is not None:
+            self._finish_run("model changed")
+        self.runner.cancel(RUN_KEY)
+        self.logits = None
+        if self.session.has_model:
+            self.view.set_vocab_size(min(self.session.config.vocab_size, 50257))
+            self.refresh_logits()
+
+    # -- the distribution ------------------------------------------------------------------
+    def refresh_logits(self) -> None:
+        """Run the model once on the prompt (in a worker); the bars follow from the result."""
+        self._debounce.stop()
+        if not self.session.has_model:
+            return
+        text = self.view.prompt_text()
+        session = self.session
+        self.runner.submit(LOGITS_KEY, lambda cancel, progress: session.next_token_logits(text),
+                           on_result=self._on_logits, on_error=self._on_logits_error)
+
+    def _on_logits(self, result) -> None:
+        if result.version != self.session.version:
+            return  # computed on the previous model; on_model_changed asked for new ones
+        self.logits = result
+        self.view.set_prompt_note(self._prompt_note(result.context))
+        self.redraw_distribution()
+        if self._generate_when_ready:
+            self._generate_when_ready = False
+            self.start_generation()
+
+    def _on_logits_error(self, exc: BaseException) -> None:
+        self.logits = None
+        self.view.chart.note.setText(f"<span style='color:#b00020'>Cannot compute the distribution: "
+                                     f"{_escape(str(exc))}</span>")
+
+    def redraw_distribution(self) -> None:
+        """Re-apply the current settings to the cached logits (no forward) and redraw."""
+        if self.logits is None:
+            return
+        settings = self.view.settings()
+        try:
+            dist = self.session.distribution(self.logits, **{k: settings[k] for k in SHAPING_SETTINGS})
+        except (ValueError, RuntimeError) as exc:  # NaN logits (GenerationError), impossible settings
+            self.view.chart.note.setText(f"<span style='color:#b00020'>{_escape(str(exc))}</span>")
+            return
+        self.distribution = dist
+        self.view.set_distribution(list(dist.strings), dist.probs, dist.model_probs,
+                                   caption=self._caption(settings), note=self._distribution_note(dist, settings))
+        self._maybe_ready()
+
+    def _caption(self, s: dict) -> str:
+        ctx = self.logits.context
+        where = "<|endoftext|>" if ctx.from_eot else f"the prompt ({len(ctx.ids)} tokens)"
+        parts = ["greedy (T = 0)" if s["temperature"] == 0 else f"T = {s['temperature']:.2f}"]
+        if s["top_k"]:
+            parts.append(f"top-k {s['top_k']:,}")
+        if s["top_p"] is not None:
+            parts.append(f"top-p {s['top_p']:.2f}")
+        if s["repetition_penalty"] != 1:
+            parts.append(f"repetition penalty {s['repetition_penalty']:.2f}")
+        return f"<b>Next token</b> after {_escape(where)} — {', '.join(parts)}"
+
+    @staticmethod
+    def _distribution_note(dist, s: dict) -> str:
+        kept = dist.vocab - dist.masked_count
+        if dist.masked_count == 0:
+            head = f"nothing masked: all {dist.vocab:,} tokens can be drawn"
+        elif s["temperature"] == 0:
+            head = (f"greedy: only the most likely token can be drawn; "
+                    f"masked: {dist.masked_count:,} tokens, {dist.masked_mass:.1%} of the model's mass")
+        else:
+            head = (f"masked: {dist.masked_count:,} tokens, {dist.masked_mass:.1%} of the model's mass "
+                    f"({kept:,} can be drawn)")
+        return f"{head} · entropy {dist.entropy_bits:.2f} bits"
+
+    @staticmethod
+    def _prompt_note(ctx) -> str:
+        if ctx.from_eot:
+            return "Empty prompt: the model starts from <|endoftext|>."
+        if ctx.cropped:
+            return (f"The prompt is {ctx.total_tokens:,} tokens, longer than this model's block_size "
+                    f"({ctx.block_size:,}): the model reads only the last {ctx.block_size:,}; "
+                    f"the first {ctx.cropped:,} are cropped.")
+        return ""
+
+    def _maybe_ready(self) -> None:
+        if not self._ready_sent and not self._hold_ready_for_run and self.distribution is not None:
+            self._ready_sent = True
+            self.dataReady.emit()
+
+    # -- generation ------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._run is not None
+
+    def start_generation(self) -> None:
+        if not self.session.has_model or self._run is not None:
+            return
+        session = self.session
+        settings = self.view.settings()
+        context = session.prompt_context(self.view.prompt_text())
+        run = _Run(version=session.version, max_new_tokens=settings["max_new_tokens"])
+        self._run = run
+        self.view.start_stream(context.text, _stream_note(context))
+        self.view.set_running(True)
+        self.view.set_stream_status("starting…")
+
+        def work(cancel, progress):
+            for token in session.generate_stream(context.ids, settings, cancel):
+                run.produced += 1
+                run.tokens.put((token, time.perf_counter()))
+                progress(run.produced, run.max_new_tokens, "")
+            return run.produced
+
+        self.runner.submit(RUN_KEY, work,
+                           on_progress=lambda *_: self._drain(run),
+                           on_result=lambda _n: self._drain(run),
+                           on_error=lambda exc: self._on_run_error(run, exc),
+                           on_finished=lambda: self._on_run_finished(run))
+
+    def stop_generation(self) -> None:
+        """Stop after the token being computed: the engine checks the token before each step."""
+        if self._run is None:
+            return
+        self._run.end_reason = self._run.end_reason or "stopped"
+        self.runner.cancel(RUN_KEY)
+
+    def _drain(self, run: _Run) -> None:
+        if run is not self._run:
+            return
+        while True:
+            try:
+                token, at = run.tokens.get_nowait()
+            except queue.Empty:
+                break
+            if run.first_at is None:
+                run.first_at = at
+            run.last_at = at
+            run.shown += 1
+            self.view.append_token(token.text, token.prob, token.alternatives)
+        self._show_rate(run, final=False)
+
+    def _show_rate(self, run: _Run, final: bool) -> None:
+        rate = self._rate(run)
+        figure = f"{rate:.1f} tokens/s" if rate is not None else ""
+        status = f"{run.shown} token{'s' if run.shown != 1 else ''}"
+        if figure:
+            status += f" · {figure}"
+        if final:
+            status += f" · {run.end_reason or 'done'}"
+        self.view.set_stream_status(status)
+        if figure and self.ctx.window is not None:
+            self.ctx.window.set_activity(f"generation: {figure}")
+
+    @staticmethod
+    def _rate(run: _Run) -> float | None:
+        """Decode speed: tokens after the first over the time they took (the first token
+        also pays for reading the prompt, which is not decoding)."""
+        if run.shown < 2 or run.last_at is None or run.last_at <= run.first_at:
+            return None
+        return (run.shown - 1) / (run.last_at - run.first_at)
+
+    def _on_run_error(self, run: _Run, exc: BaseException) -> None:
+        if run is not self._run:
+            return
+        run.end_reason = "error"
+        self.view.set_stream_status(f"stopped by an error: {exc}")
+        self._report(exc)
+
+    def _on_run_finished(self, run: _Run) -> None:
+        if run is self._run:
+            self._drain(run)
+            if not run.end_reason:
+                run.end_reason = "done" if run.produced >= run.max_new_tokens else "ended"
+            self._finish_run(run.end_reason)
+
+    def _finish_run(self, reason: str) -> None:
+        run, self._run = self._run, None
+        if run is None:
+            return
+        if reason == "model changed" or not run.end_reason:
+            run.end_reason = reason
+        self.last_rate = self._rate(run)
+        self._show_rate(run, final=True)
+        self.view.set_running(False)
+        self.generationFinished.emit(run.end_reason)
+        if self._hold_ready_for_run:
+            self._hold_ready_for_run = False
+            self._maybe_ready()
+
+    def generated_text(self) -> str:
+        return self.view.stream.generated_text()
+
+    def _report(self, exc_or_text) -> None:
+        if self.ctx.window is not None:
+            self.ctx.window.report_error("Generation", exc_or_text)
+
+
+def _stream_note(ctx) -> str:
+    if ctx.from_eot:
+        return "(empty prompt: starting from <|endoftext|>)"
+    if ctx.cropped:
+        return f"(… {ctx.cropped:,} earlier prompt tokens cropped: the model reads the last {ctx.block_size:,})"
+    return ""
+
+
+def _escape(text: str) -> str:
+    import html
+
+    return html.escape(text)

@@ -1,0 +1,207 @@
+"""The generated text, one coloured span per token, with the alternatives on hover.
+
+Why a QTextEdit and our own hover handling: the text must wrap and select like text,
+yet every token is a unit the user asks about ("what else could have come here?").
+We keep each token's character range, find the token under the mouse with
+`cursorForPosition`, and build its tooltip ourselves, so the lookup is testable
+without a real mouse (`token_index_at`, `tooltip_at`).
+
+Colour = how likely the token was when it was drawn, in five bins on a log-like scale
+(most sampled tokens sit between 1% and 90%, so equal-width bins would paint nearly all
+of them alike). The same bins colour the distribution bars.
+"""
+from __future__ import annotations
+
+import bisect
+import html
+from dataclasses import dataclass
+
+from PySide6.QtCore import QEvent, QPoint, Qt
+from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QTextEdit, QToolTip, QWidget
+
+# (lower bound of the bin, background colour, legend text), from the most likely down.
+PROBABILITY_BINS = (
+    (0.5, "#7fd18b", "≥ 50%"),
+    (0.2, "#c3e88d", "20–50%"),
+    (0.05, "#ffe082", "5–20%"),
+    (0.01, "#ffb074", "1–5%"),
+    (0.0, "#ff8a80", "< 1%"),
+)
+TOKEN_TEXT_COLOUR = "#1b1b1b"  # dark text on every (light) bin colour, whatever the theme
+PROMPT_COLOUR = "#7a7a7a"
+NOTE_COLOUR = "#9a6a00"
+
+
+def probability_colour(prob: float) -> str:
+    for lower, colour, _ in PROBABILITY_BINS:
+        if prob >= lower:
+            return colour
+    return PROBABILITY_BINS[-1][1]
+
+
+def format_prob(p: float) -> str:
+    """A probability as a percentage with two significant digits below 10% (an untrained
+    model's tokens sit near 0.002%, which '.1%' would show as a useless 0.0%)."""
+    pct = 100.0 * float(p)
+    if pct >= 10 or pct == 0:
+        return f"{pct:.1f}%"
+    return f"{pct:.2g}%"
+
+
+def visible_token(text: str) -> str:
+    """A token as a label: leading/trailing spaces as '␣', newlines as '↵', tabs as '→',
+    other control characters as their Control Pictures glyph, so no label is blank."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch == " ":
+            out.append("␣")
+        elif ch == "\n":
+            out.append("↵")
+        elif ch == "\t":
+            out.append("→")
+        elif code < 0x20:
+            out.append(chr(0x2400 + code))
+        elif code == 0x7F:
+            out.append("␡")
+        else:
+            out.append(ch)
+    return "".join(out) if out else "∅"
+
+
+def printable_text(text: str) -> str:
+    """Running text for the stream: newlines and tabs stay, other control characters
+    (which a text view would swallow or render as boxes) become visible glyphs."""
+    return "".join(
+        chr(0x2400 + ord(ch)) if (ord(ch) < 0x20 and ch not in "\n\t") else ("␡" if ch == "\x7f" else ch)
+        for ch in text
+    )
+
+
+@dataclass(frozen=True)
+class StreamToken:
+    text: str
+    prob: float
+    alternatives: tuple[tuple[str, float], ...]  # (token text, probability), most likely first
+
+
+class TokenStreamView(QTextEdit):
+    """Read-only text: the (cropped) prompt in grey, then the generated tokens."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setReadOnly(True)
+        self.setMouseTracking(True)
+        self.setAcceptRichText(False)
+        font = self.font()
+        font.setPointSizeF(font.pointSizeF() * 1.2)  # the text is the point of the pane
+        self.setFont(font)
+        self.setPlaceholderText("Generated text appears here, token by token. Ctrl+Enter generates, Esc stops.")
+        self._starts: list[int] = []  # character offset where each token begins
+        self._ends: list[int] = []
+        self._tokens: list[StreamToken] = []
+
+    # -- content ---------------------------------------------------------------------
+    def start(self, prompt_text: str, note: str = "") -> None:
+        """Clear, then show what the model reads: an optional note, then the prompt."""
+        self.clear()
+        self._starts, self._ends, self._tokens = [], [], []
+        cursor = self._end_cursor()
+        if note:
+            fmt = QTextCharFormat()
+            fmt.setForeground(QColor(NOTE_COLOUR))
+            fmt.setFontItalic(True)
+            cursor.insertText(note + "\n", fmt)
+        fmt = QTextCharFormat()
+        fmt.setForeground(QColor(PROMPT_COLOUR))
+        cursor.insertText(printable_text(prompt_text), fmt)
+
+    def append_token(self, token: StreamToken) -> None:
+        cursor = self._end_cursor()
+        start = cursor.position()
+        fmt = QTextCharFormat()
+        fmt.setBackground(QColor(probability_colour(token.prob)))
+        fmt.setForeground(QColor(TOKEN_TEXT_COLOUR))
+        cursor.insertText(printable_text(token.text), fmt)
+        self._starts.append(start)
+        self._ends.append(cursor.position())
+        self._tokens.append(token)
+        bar = self.verticalScrollBar()
+        bar.setValue(bar.maximum())  # follow the stream
+
+    def tokens(self) -> list[StreamToken]:
+        return list(self._tokens)
+
+    def generated_text(self) -> str:
+        return "".join(t.text for t in self._tokens)
+
+    def _end_cursor(self) -> QTextCursor:
+        cursor = QTextCursor(self.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        return cursor
+
+    # -- hover -----------------------------------------------------------------------
+    def token_index_at(self, pos: QPoint) -> int | None:
+        """Index of the generated token under viewport point `pos`, or None."""
+        if not self._starts:
+            return None
+        cursor = self.cursorForPosition(pos)
+        char = cursor.position()
+        # cursorForPosition returns the nearest gap between characters; the character
+        # under the mouse is the one after it unless the mouse is on its right half.
+        rect = self.cursorRect(cursor)
+        if pos.x() < rect.center().x() and char > 0:
+            char -= 1
+        i = bisect.bisect_right(self._starts, char) - 1
+        if i >= 0 and self._starts[i] <= char < self._ends[i]:
+            return i
+        return None
+
+    def tooltip_for(self, index: int) -> str:
+        token = self._tokens[index]
+        rows = [f"<b>{html.escape(visible_token(token.text))}</b> — {format_prob(token.prob)} when drawn"]
+        beaten = [(text, p) for text, p in token.alternatives if text != token.text]
+        if beaten:
+            rows.append("<table cellspacing='0' cellpadding='1'>")
+            rows.append("<tr><td colspan='2'><i>other candidates</i></td></tr>")
+            for text, p in beaten:
+                rows.append(f"<tr><td>{html.escape(visible_token(text))}</td><td align='right'>&nbsp;{format_prob(p)}</td></tr>")
+            rows.append("</table>")
+        else:
+            rows.append("<i>no other candidate was possible under these settings</i>")
+        return "".join(rows)
+
+    def tooltip_at(self, pos: QPoint) -> str:
+        i = self.token_index_at(pos)
+        return "" if i is None else self.tooltip_for(i)
+
+    def viewportEvent(self, event) -> bool:  # noqa: N802 - Qt override
+        if event.type() == QEvent.Type.ToolTip:
+            tip = self.tooltip_at(event.pos())
+            if tip:
+                QToolTip.showText(event.globalPos(), tip, self.viewport())
+            else:
+                QToolTip.hideText()
+                event.ignore()
+            return True
+        return super().viewportEvent(event)
+
+
+class ProbabilityLegend(QWidget):
+    """'probability when drawn:' followed by the five coloured bins."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(4)
+        layout.addWidget(QLabel("probability when drawn:"))
+        for _, colour, text in PROBABILITY_BINS:
+            swatch = QLabel(text)
+            swatch.setAlignment(Qt.AlignmentFlag.AlignCenter)
+            swatch.setStyleSheet(
+                f"background: {colour}; color: {TOKEN_TEXT_COLOUR}; padding: 1px 6px; border-radius: 3px;"
+            )
+            layout.addWidget(swatch)
+        layout.addStretch(1)
