@@ -62,8 +62,10 @@ _residual_factory = _placeholder(
     "Residual stream", "Norms of the residual stream layer by layer, under each initialisation.", "issue 7")
 
 # --- generation ---
-_generation_factory = _placeholder(
-    "Generation", "Streaming generation with temperature, top-k and top-p.", "issue 8")
+def _generation_factory(ctx: PanelContext):
+    from .controllers.generation import GenerationPane
+
+    return GenerationPane(ctx)
 
 
 PANELS: list[PanelSpec] = [
