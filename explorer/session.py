@@ -21,7 +21,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-import numpy as np  # noqa: F401  (the only array type that leaves this module)
+import numpy as np
 import torch
 
 from gptcore.config import GPTConfig
@@ -124,12 +124,20 @@ class Session:
     def __init__(self, model=None, info: ModelInfo | None = None, device=None):
         self.lock = threading.RLock()
         self.model = model
-        self.device = model.device if model is not None else resolve_device(device)
+        # Resolved on first use (asking CUDA for devices takes time; a test session never needs it).
+        self._device = model.device if model is not None else None
+        self._device_request = device
         self.info = info or (NO_MODEL if model is None else _model_info(model, name="model", trained=False, source=""))
         self.version = 0 if model is None else 1
         self._tokenizer = None
 
     # -- basics --------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        if self._device is None:
+            self._device = resolve_device(self._device_request)
+        return self._device
+
     @property
     def has_model(self) -> bool:
         return self.model is not None
@@ -157,7 +165,7 @@ class Session:
         model.eval()
         with self.lock:
             old = self.model
-            self.model, self.info, self.device = model, info, model.device
+            self.model, self.info, self._device = model, info, model.device
             self.version += 1
         del old
         if self.device.type == "cuda":

@@ -154,6 +154,10 @@ class TaskRunner(QObject):
     def cancel(self, key: str) -> None:
         self._cancel_tokens(key)
 
+    def cancel_all(self) -> None:
+        for task in self._tasks.values():
+            task.token.cancel()
+
     def is_running(self, key: str) -> bool:
         return any(t.key == key for t in self._tasks.values())
 
@@ -169,8 +173,7 @@ class TaskRunner(QObject):
 
         Returns False if some task ignored its token for `timeout_ms`.
         """
-        for task in self._tasks.values():
-            task.token.cancel()
+        self.cancel_all()
         done = self._pool.waitForDone(timeout_ms)
         if not done:
             log.warning("background work still running after %d ms: %s", timeout_ms,

@@ -1,0 +1,225 @@
+"""Start the app: command line, logging, QApplication, exception hook, screenshot mode.
+
+`gpt-explorer` / `python -m explorer` open the window at once and load the default model
+(GPT-2 small, or an untrained model of its shape when the weights cannot be had) in the
+background. `--screenshot OUT.png` renders one panel offscreen once its data is ready.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import logging.handlers
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+_STARTED = time.perf_counter()
+log = logging.getLogger("explorer")
+
+LOG_MAX_BYTES = 1_000_000
+LOG_BACKUPS = 3
+LOAD_TIMEOUT_S = 600
+READY_TIMEOUT_S = 120
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    from .registry import panel_names
+
+    p = argparse.ArgumentParser(prog="gpt-explorer", description="Look inside GPT-2-class models while they run.")
+    p.add_argument("--model", metavar="SOURCE",
+                   help="hub id (gpt2, gpt2-medium, …), Hugging Face folder, .safetensors file or nanoGPT ckpt.pt "
+                        "(default: GPT-2 small if it can be had, else an untrained model of its shape)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where the model runs")
+    p.add_argument("--panel", choices=panel_names(), help="panel to show first")
+    p.add_argument("--prompt", help="initial prompt for the panels that take one")
+    p.add_argument("--screenshot", metavar="OUT.png", help="render --panel offscreen into a PNG and exit")
+    p.add_argument("--size", default="1280x820", metavar="WxH", help="window size (default 1280x820)")
+    p.add_argument("--exit-after-paint", action="store_true", help=argparse.SUPPRESS)  # launch-time measurement
+    args = p.parse_args(argv)
+    try:
+        w, h = (int(v) for v in args.size.lower().split("x"))
+        if not (200 <= w <= 8000 and 150 <= h <= 8000):
+            raise ValueError
+    except ValueError:
+        p.error(f"--size {args.size!r}: use WIDTHxHEIGHT in pixels, e.g. 1280x820 (200–8000 wide, 150–8000 high)")
+    args.size_wh = (w, h)
+    if args.screenshot and not args.panel:
+        args.panel = "config"
+    return args
+
+
+def log_dir() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_log_dir("gpt-explorer", appauthor=False))
+
+
+def setup_logging() -> Path | None:
+    """A rotating log file in the user's standard log directory (size-capped), plus stderr."""
+    root = logging.getLogger("explorer")
+    root.setLevel(logging.INFO)
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    path = None
+    try:
+        folder = log_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / "gpt-explorer.log"
+        handler = logging.handlers.RotatingFileHandler(path, maxBytes=LOG_MAX_BYTES, backupCount=LOG_BACKUPS,
+                                                       encoding="utf-8")
+        handler.setFormatter(fmt)
+        root.addHandler(handler)
+    except OSError as exc:  # a read-only home must not stop the app
+        print(f"gpt-explorer: cannot write a log file ({exc}); logging to stderr only", file=sys.stderr)
+    console = logging.StreamHandler(sys.stderr)
+    console.setLevel(logging.WARNING)
+    console.setFormatter(fmt)
+    root.addHandler(console)
+    return path
+
+
+def install_exception_hook(window_getter) -> None:
+    """Uncaught exceptions (e.g. in a slot) become an error dialog and a log line; the loop goes on."""
+
+    def hook(exc_type, exc, tb):
+        if issubclass(exc_type, KeyboardInterrupt):
+            sys.__excepthook__(exc_type, exc, tb)
+            return
+        exc.__traceback__ = tb
+        window = window_getter()
+        if window is not None:
+            window.report_error("Unexpected error", exc)
+        else:
+            from .errors import log_exception
+
+            log_exception("Unexpected error", exc)
+
+    sys.excepthook = hook
+
+
+def _wait(app, predicate, timeout_s: float) -> bool:
+    """Run the event loop until predicate() is true or the time is up."""
+    from PySide6.QtCore import QEventLoop, QThread
+
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
+        QThread.msleep(5)
+    return True
+
+
+def take_screenshot(app, window, runner, panel_name: str, out: str) -> int:
+    """Wait for the model and the panel's first data, grab the window, write the PNG."""
+    from .main_window import MODEL_TASK
+
+    if not _wait(app, lambda: window.session is not None and not runner.is_running(MODEL_TASK), LOAD_TIMEOUT_S):
+        print(f"gpt-explorer: the model did not load within {LOAD_TIMEOUT_S} s", file=sys.stderr)
+        return 3
+    if window.errors_shown or window.session is None or not window.session.has_model:
+        for title, message in window.errors_shown or [("No model", "the model could not be loaded")]:
+            print(f"gpt-explorer: {title}: {message}", file=sys.stderr)
+        return 2
+    ready = []
+    panel = window.show_panel(panel_name)
+    signal = getattr(panel, "dataReady", None)
+    if signal is not None:
+        signal.connect(lambda *a: ready.append(True))
+        if getattr(panel, "is_ready", False):
+            ready.append(True)
+        if not _wait(app, lambda: bool(ready) or bool(window.errors_shown), READY_TIMEOUT_S):
+            print(f"gpt-explorer: panel {panel_name!r} had no data after {READY_TIMEOUT_S} s", file=sys.stderr)
+            return 3
+    _wait(app, lambda: False, 0.3)  # let the last paints and layouts settle
+    if window.errors_shown:
+        for title, message in window.errors_shown:
+            print(f"gpt-explorer: {title}: {message}", file=sys.stderr)
+        return 2
+    image = window.grab()
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    if image.isNull() or not image.save(out, "PNG"):
+        print(f"gpt-explorer: could not write {out}", file=sys.stderr)
+        return 4
+    print(f"wrote {out} ({image.width()}×{image.height()}, panel {panel_name}, model {window.session.info.name})")
+    return 0
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.screenshot or args.exit_after_paint:
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    log_path = setup_logging()
+
+    from PySide6.QtCore import QEvent, QObject, QSettings, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from . import theme
+    from .main_window import MainWindow
+    from .workers import TaskRunner
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("GPT Explorer")
+    app.setOrganizationName("gpt-explorer")
+    theme.apply_theme(app)
+    if args.device == "cuda":  # only an explicit request pays for importing torch before the first paint
+        from .session import resolve_device
+
+        try:
+            resolve_device("cuda")
+        except ValueError as exc:
+            print(f"gpt-explorer: {exc}", file=sys.stderr)
+            return 2
+    runner = TaskRunner()
+    settings = None
+    if args.screenshot:  # screenshots do not depend on, or change, the user's saved layout
+        settings = QSettings(os.path.join(tempfile.mkdtemp(prefix="gpt-explorer-"), "s.ini"), QSettings.Format.IniFormat)
+    window = MainWindow(None, runner, settings=settings, prompt=args.prompt, panel=args.panel,
+                        log_path=str(log_path) if log_path else None)
+    holder = {"window": window}
+    install_exception_hook(lambda: holder.get("window"))
+    if args.screenshot or args.exit_after_paint:
+        window.resize(*args.size_wh)
+
+    class FirstPaint(QObject):
+        def eventFilter(self, obj, event):
+            if event.type() == QEvent.Type.Paint and obj is window:
+                window.removeEventFilter(self)
+                elapsed = time.perf_counter() - _STARTED
+                log.info("first paint %.2f s after start", elapsed)
+                if args.exit_after_paint:
+                    print(f"first paint after {elapsed:.3f} s (from importing explorer.app)")
+                    QTimer.singleShot(0, window.close)
+            return False
+
+    first_paint = FirstPaint()
+    window.installEventFilter(first_paint)
+    window.show()
+    if not args.exit_after_paint:
+        QTimer.singleShot(0, lambda: window.start(args.model, args.device))
+
+    if args.screenshot:
+        code = take_screenshot(app, window, runner, args.panel, args.screenshot)
+        window.close()
+    else:
+        app.exec()
+        code = 0
+    holder.clear()
+    return _finish(runner, code)
+
+
+def _finish(runner, code: int) -> int:
+    """Wait briefly for background work; a task stuck in I/O must not keep the process alive."""
+    if runner.wait_all(1500):
+        logging.shutdown()
+        return code
+    log.warning("exiting with background work still running (it ignored cancellation)")
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""Turn an exception into words a user can act on: a title, what happened, what to do.
+
+No Qt here, so the command line and the tests can use the same explanations the error
+dialog shows. Tracebacks go to the log file, never into the dialog.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+log = logging.getLogger("explorer")
+
+OOM_ADVICE = (
+    "Use the CPU instead (restart with `gpt-explorer --device cpu`), "
+    "a smaller model (fewer layers, a narrower n_embd, or gpt2 instead of gpt2-xl), "
+    "or a shorter prompt."
+)
+
+
+@dataclass(frozen=True)
+class Explanation:
+    title: str
+    message: str
+
+
+def _is_cuda_oom(exc: BaseException) -> bool:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return False
+    oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
+    if oom is not None and isinstance(exc, oom):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower() and "cuda" in str(exc).lower()
+
+
+def explain(exc: BaseException | str, log_path: str | None = None) -> Explanation:
+    if isinstance(exc, str):
+        return Explanation("Error", exc)
+    text = str(exc).strip() or type(exc).__name__
+    name = type(exc).__name__
+    if _is_cuda_oom(exc):
+        first = text.splitlines()[0]
+        return Explanation("Out of GPU memory", f"The GPU ran out of memory ({first}).\n\n{OOM_ADVICE}")
+    if isinstance(exc, MemoryError):
+        return Explanation("Out of memory", f"The computer ran out of memory.\n\n{OOM_ADVICE}")
+    if name == "BuildRefused":
+        return Explanation("Model too large to build", text)
+    if name == "ConfigError":
+        return Explanation("Invalid config", text)
+    if name == "LoadError":
+        return Explanation("Could not load the model", text + "\n\nThe previous model is still loaded.")
+    if name == "TokenizerError":
+        return Explanation("Tokenizer problem", text)
+    where = f"\n\nThe full report is in the log file:\n{log_path}" if log_path else ""
+    return Explanation("Unexpected error", f"{name}: {text}{where}\n\nThe app is still running.")
+
+
+def log_exception(title: str, exc: BaseException | str) -> None:
+    """One log line (with the traceback when there is one) for every error the user sees."""
+    if isinstance(exc, BaseException):
+        log.error("%s: %s: %s", title, type(exc).__name__, exc, exc_info=(type(exc), exc, exc.__traceback__))
+    else:
+        log.error("%s: %s", title, exc)
