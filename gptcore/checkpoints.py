@@ -1,0 +1,225 @@
+"""Reading checkpoint files safely: safetensors (checked before it is mapped) and torch pickles
+(only through `torch.load(weights_only=True)`, never retried unsafely).
+
+Every tensor returned here is memory-mapped from the file, not copied: `loading.py` makes the
+one copy into the model (in the requested dtype, on the requested device). Every failure is a
+`LoadError` naming the file, what is wrong with it and what to do.
+"""
+from __future__ import annotations
+
+import json
+import math
+import pickle
+import re
+import struct
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+class LoadError(ValueError):
+    """A checkpoint that cannot be loaded; the message names the file and the fix."""
+
+
+class LoadCancelled(LoadError):
+    """The caller's `cancel()` returned True; nothing was kept."""
+
+
+# safetensors element sizes in bits (its format spec); sub-byte kinds are packed.
+_SAFETENSORS_BITS = {
+    "BOOL": 8, "U8": 8, "I8": 8, "F8_E4M3": 8, "F8_E5M2": 8, "F8_E8M0": 8,
+    "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
+    "I32": 32, "U32": 32, "F32": 32, "I64": 64, "U64": 64, "F64": 64,
+    "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
+}
+# The safetensors library refuses headers above 100 MB; so do we, before reading one.
+MAX_SAFETENSORS_HEADER = 100_000_000
+_ZIP_MAGIC = b"PK\x03\x04"
+# Globals a pickle names to run code (as opposed to rebuilding a harmless custom class).
+_CODE_RUNNING = re.compile(
+    r"^(builtins\.(eval|exec|compile|open|__import__|getattr|setattr)|io\.open|os\.|posix\.|nt\.|"
+    r"subprocess\.|shutil\.|sys\.|runpy\.|importlib\.|pty\.|socket\.|webbrowser\.|code\.|pdb\.)"
+)
+
+
+def corrupt(path: Path, detail: str, fix: str = "re-download or re-save it") -> LoadError:
+    return LoadError(f"corrupt file {path}: {detail}; {fix}")
+
+
+# -- safetensors ----------------------------------------------------------------------------
+
+def check_safetensors_header(path: Path) -> dict[str, dict]:
+    """Parse and validate the header against the file before anything is mapped.
+
+    A header is a little-endian u64 length N, N bytes of JSON, then the data buffer. The format
+    requires every tensor's [begin, end) to lie inside the buffer, to match dtype × shape, and the
+    tensors to tile the buffer exactly (no overlap, no hole). Checking that here means a file that
+    lies is refused with a message instead of faulting (SIGBUS) when a page past its end is read.
+    Returns {name: {"dtype", "shape", "data_offsets"}} (the "__metadata__" entry dropped).
+    """
+    size = path.stat().st_size
+    if size == 0:
+        raise corrupt(path, "the file is empty (0 bytes)")
+    if size < 8:
+        raise corrupt(path, f"only {size} bytes, too short for a safetensors header")
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        if n > size - 8:
+            raise corrupt(path, f"the header claims {n:,} bytes but the file holds only {size - 8:,} after the "
+                                f"length field (truncated, or not a safetensors file)")
+        if n > MAX_SAFETENSORS_HEADER:
+            raise corrupt(path, f"header of {n:,} bytes is beyond the format's 100 MB limit")
+        raw = f.read(n)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise corrupt(path, f"the header is not valid JSON ({exc.__class__.__name__}: {exc})") from None
+    if not isinstance(header, dict):
+        raise corrupt(path, "the header is not a JSON object")
+    header.pop("__metadata__", None)
+    buffer = size - 8 - n
+    spans = []
+    for name, entry in header.items():
+        spans.append((*_tensor_span(path, name, entry), name))
+    spans.sort()
+    expected_start, previous = 0, None
+    for begin, end, name in spans:
+        if begin < expected_start:
+            raise corrupt(path, f"tensors {previous!r} and {name!r} overlap in the data buffer "
+                                f"(bytes {begin}..{expected_start}); a valid file never does that")
+        if begin > expected_start:
+            raise corrupt(path, f"a gap of {begin - expected_start} unindexed bytes before {name!r}")
+        expected_start, previous = end, name
+    if expected_start > buffer:
+        raise corrupt(path, f"tensor {previous!r} ends at byte {expected_start:,} of the data but the file holds "
+                            f"only {buffer:,} (truncated download or copy)")
+    if expected_start < buffer:
+        raise corrupt(path, f"{buffer - expected_start:,} trailing bytes after the last tensor")
+    return header
+
+
+def _tensor_span(path: Path, name: str, entry: Any) -> tuple[int, int]:
+    if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= set(entry):
+        raise corrupt(path, f"header entry {name!r} lacks dtype/shape/data_offsets")
+    dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if dtype not in _SAFETENSORS_BITS:
+        raise corrupt(path, f"tensor {name!r} has unknown dtype {dtype!r}")
+    if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
+        raise corrupt(path, f"tensor {name!r} has an invalid shape {shape!r}")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) and o >= 0 for o in offsets)):
+        raise corrupt(path, f"tensor {name!r} has invalid data_offsets {offsets!r}")
+    begin, end = offsets
+    want = -(-math.prod(shape) * _SAFETENSORS_BITS[dtype] // 8)  # bytes, rounded up for packed kinds
+    if end < begin or end - begin != want:
+        raise corrupt(path, f"tensor {name!r} ({dtype} {shape}) needs {want:,} bytes but its "
+                            f"data_offsets span {end - begin:,}")
+    return begin, end
+
+
+def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """All tensors of one file, memory-mapped (no copy), after the header check."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    check_safetensors_header(path)
+    try:
+        return load_file(str(path), device="cpu")
+    except (SafetensorError, RuntimeError, TypeError, OSError) as exc:
+        # e.g. a dtype this torch build cannot represent; the header itself was sound.
+        raise corrupt(path, f"safetensors could not read it ({exc})") from None
+
+
+# -- torch pickles ----------------------------------------------------------------------------
+
+def read_torch(path: Path) -> Any:
+    """`torch.load(weights_only=True)`: the restricted unpickler rebuilds tensors and plain
+    containers only. Anything else (a function that would run, a custom class) is refused and
+    named; there is no second, unsafe attempt. Zip-format files are memory-mapped."""
+    size = path.stat().st_size
+    if size == 0:
+        raise corrupt(path, "the file is empty (0 bytes)")
+    with open(path, "rb") as f:
+        is_zip = f.read(4) == _ZIP_MAGIC
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=is_zip)
+    except pickle.UnpicklingError as exc:
+        refused = re.search(r"GLOBAL ([\w.]+)", str(exc))
+        if refused:
+            raise _refusal(path, refused.group(1)) from None
+        raise corrupt(path, f"not a valid torch checkpoint ({_first_line(exc)})") from None
+    except (KeyboardInterrupt, MemoryError):
+        raise
+    except Exception as exc:  # truncated zip, EOF, random bytes: torch raises many kinds
+        raise corrupt(path, f"torch.load failed: {exc.__class__.__name__}: {_first_line(exc) or 'unexpected end of file'}") from None
+
+
+def _refusal(path: Path, name: str) -> LoadError:
+    if _CODE_RUNNING.match(name):
+        what = f"would call `{name}` while being unpickled — loading it could run code on this computer"
+    else:
+        what = f"holds an object of the custom class `{name}`, which a safe load cannot rebuild"
+    return LoadError(
+        f"refused {path}: it {what}. Nothing was executed. Only plain tensors are read from pickle "
+        f"files; if you trust the file, re-save just its weights (e.g. with safetensors.torch.save_file) "
+        f"and load that"
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("Weights only load failed", "In PyTorch 2.6", "Check the documentation")):
+            return line[:200]
+    return text[:200]
+
+
+# -- state dicts out of the containers people save ----------------------------------------------
+
+def tensors_only(path: Path, obj: Any, what: str = "state dict") -> dict[str, torch.Tensor]:
+    """A {name: tensor} dict out of whatever torch.load returned, or a clear refusal."""
+    if not isinstance(obj, dict) or not obj:
+        raise LoadError(f"{path} does not hold a {what} (a dict of tensors) but {type(obj).__name__}; "
+                        f"give a GPT-2 state dict, a nanoGPT ckpt.pt or a .safetensors file")
+    bad = [k for k, v in obj.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
+    if bad:
+        raise LoadError(f"{path}: the {what} holds non-tensor entries ({', '.join(map(str, bad[:5]))}); "
+                        f"give a GPT-2 state dict, a nanoGPT ckpt.pt or a .safetensors file")
+    return dict(obj)
+
+
+def read_sharded_index(index_path: Path, reader) -> dict[str, torch.Tensor]:
+    """A `*.index.json` (`weight_map`: tensor name -> shard file) read shard by shard."""
+    try:
+        index = json.loads(index_path.read_text(encoding="utf-8"))
+        weight_map = index["weight_map"]
+        assert isinstance(weight_map, dict)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AssertionError) as exc:
+        raise corrupt(index_path, f"not a shard index with a weight_map ({exc.__class__.__name__})") from None
+    folder = index_path.parent.resolve()
+    shards = {}
+    for name in sorted(set(weight_map.values())):
+        shard = (folder / str(name)).resolve()
+        if shard.parent != folder:
+            raise corrupt(index_path, f"shard name {name!r} points outside the folder")
+        if not shard.is_file():
+            raise LoadError(f"incomplete checkpoint {folder}: shard {name} listed in {index_path.name} is missing; "
+                            f"re-download the whole folder")
+        shards[name] = reader(shard)
+    state = {}
+    for key, name in weight_map.items():
+        if key not in shards[name]:
+            raise corrupt(folder / str(name), f"tensor {key!r} listed in {index_path.name} is not in it")
+        state[key] = shards[name][key]
+    return state
+
+
+def read_json(path: Path) -> dict:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise corrupt(path, f"not valid JSON ({exc})", "fix it or re-download it") from None
+    if not isinstance(value, dict):
+        raise corrupt(path, "expected a JSON object", "fix it or re-download it")
+    return value
