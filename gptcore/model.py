@@ -207,6 +207,9 @@ class GPT(HookedModule):
     def forward(self, idx: torch.Tensor, kv_cache: KVCache | None = None, logits: str | None = "all"):
         """idx (B, T) token ids -> logits (B, T, vocab); `logits="last"` gives (B, 1, vocab)
         and `logits=None` skips the head (a capture run that only reads hook points)."""
+        if idx.dim() != 2:
+            raise ValueError(f"idx must be (batch, tokens) token ids, got shape {tuple(idx.shape)}; "
+                             "for one sequence pass idx[None]")
         B, T = idx.shape
         past = kv_cache.length if kv_cache is not None else 0
         if past + T > self.config.block_size:

@@ -72,6 +72,11 @@ def test_sequence_longer_than_block_size_is_a_clear_error(model):
     assert cache.length == 20  # the failed call did not advance the cache
 
 
+def test_unbatched_ids_are_a_clear_error(model):
+    with pytest.raises(ValueError, match=r"\(batch, tokens\).*idx\[None\]"):
+        model(torch.tensor([1, 2, 3]))
+
+
 def test_meta_build_allocates_nothing():
     with torch.device("meta"):
         m = GPT(GPTConfig.preset("gpt2-xl"), init=None)
