@@ -54,8 +54,10 @@ def _config_factory(ctx: PanelContext):
 
 
 # --- attention ---
-_attention_factory = _placeholder(
-    "Attention", "Every layer's and head's attention pattern, live while you type.", "issue 6")
+def _attention_factory(ctx: PanelContext):
+    from .controllers.attention import AttentionView
+
+    return AttentionView(ctx)
 
 # --- residual ---
 _residual_factory = _placeholder(

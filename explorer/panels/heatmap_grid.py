@@ -1,0 +1,287 @@
+"""Every layer × head attention map in ONE pyqtgraph view, plus the per-head summary
+columns and the logit-lens column, all sharing the grid's rows.
+
+Why one mosaic image: GPT-2 XL has 48 × 25 = 1200 heads; 1200 plot widgets (or even 1200
+ImageItems) make every repaint crawl. Here the thumbnails (L, nh, t, t) are laid out as a
+single (L·t, nh·t) array and shown by one ImageItem scaled so that each tile is 1 × 1 in
+view coordinates (x = head, y = layer): ticks, clicks and the linked summary/lens columns
+all work in those units whatever t is. A repaint is one numpy transpose and one
+`setImage(..., autoLevels=False, levels=...)`.
+
+The masked (future) half of each tile is NaN, which pyqtgraph draws transparent, so the
+causal triangle reads at a glance and is not confused with "weight ≈ 0".
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QRectF, Qt, Signal
+from PySide6.QtGui import QColor, QPen
+from PySide6.QtWidgets import QGraphicsRectItem
+
+LOG_FLOOR = 1e-4  # log scale shows weights from 1e-4 to 1
+GRID_COLORMAP = "inferno"
+STATS_COLORMAP = "viridis"
+STATS = (("entropy", "entropy"), ("prev_token", "prev"), ("first_token", "first"))
+SELECT_COLOUR = "#22d3ee"
+MASKED_COLOUR = "#8a8f98"  # neutral grey: "cannot attend", distinct from weight 0 (black)
+
+
+def mosaic(thumbnails: np.ndarray) -> np.ndarray:
+    """(L, nh, t, t) -> (L·t, nh·t): tile (l, h) at rows l·t.., columns h·t..; future = NaN."""
+    L, nh, t, _ = thumbnails.shape
+    causal = np.tril(np.ones((t, t), dtype=bool))
+    tiles = np.where(causal, thumbnails, np.nan).astype(np.float32)  # (L, nh, t, t)
+    return tiles.transpose(0, 2, 1, 3).reshape(L * t, nh * t)
+
+
+def to_display(values: np.ndarray, log: bool) -> np.ndarray:
+    """Weights as drawn: linear, or log10 clipped at LOG_FLOOR (NaN stays NaN)."""
+    if not log:
+        return values
+    with np.errstate(invalid="ignore"):
+        return np.log10(np.maximum(values, LOG_FLOOR))
+
+
+def format_prob(p: float) -> str:
+    return f"{p:.0%}" if p >= 0.095 else f"{p:.1%}" if p >= 0.001 else f"{p:.0e}"
+
+
+def display_levels(log: bool) -> tuple[float, float]:
+    return (math.log10(LOG_FLOOR), 0.0) if log else (0.0, 1.0)
+
+
+class _ColumnAxis(pg.AxisItem):
+    """Integer-centred ticks with given labels: 'H0', 'H1', … at x = 0.5, 1.5, …"""
+
+    def __init__(self, orientation: str, prefix: str):
+        super().__init__(orientation)
+        self._prefix, self._count = prefix, 0
+        self.enableAutoSIPrefix(False)
+
+    def set_count(self, count: int) -> None:
+        self._count = count
+        step = max(1, math.ceil(count / 30))  # keep labels legible for 48 layers / 25 heads
+        major = [(i + 0.5, f"{self._prefix}{i}") for i in range(0, count, step)]
+        minor = [(i + 0.5, "") for i in range(count) if i % step]
+        self.setTicks([major, minor])
+
+
+class HeatmapGrid(pg.GraphicsLayoutWidget):
+    """Passive view. In: `set_data`, `set_log`, `select`. Out: `headSelected(layer, head)`
+    on click or arrow keys, `hoverText(str)` describing what is under the mouse."""
+
+    headSelected = Signal(int, int)
+    hoverText = Signal(str)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.ci.layout.setSpacing(4)
+        self._L = self._nh = self._t = 0
+        self._thumbs = np.zeros((0, 0, 0, 0), np.float32)
+        self._mosaic = np.zeros((0, 0), np.float32)
+        self._bin_labels: list[str] = []
+        self._stats: dict[str, np.ndarray] = {}
+        self._lens: tuple = ((), np.zeros(0))
+        self._log = False
+        self.selected: tuple[int, int] | None = None
+
+        self.left_axis = _ColumnAxis("left", "L")
+        self.top_axis = _ColumnAxis("top", "H")
+        self.plot = self.addPlot(row=0, col=0, axisItems={"left": self.left_axis, "top": self.top_axis})
+        self._plain(self.plot)
+        self.plot.showAxis("top")
+        self.plot.hideAxis("bottom")
+        self.plot.setLabel("left", "layer")
+        self.plot.setLabel("top", "head")
+        self.plot.setAspectLocked(True)  # square tiles: a pattern reads the same in every cell
+        self.backdrop = QGraphicsRectItem()  # seen through the NaN (future) half of each tile
+        self.backdrop.setBrush(QColor(MASKED_COLOUR))
+        self.backdrop.setPen(pg.mkPen(None))
+        self.backdrop.setZValue(-1)
+        self.plot.addItem(self.backdrop)
+        self.image = pg.ImageItem(axisOrder="row-major")
+        self.plot.addItem(self.image)
+        self.separators = pg.PlotCurveItem(connect="pairs", pen=pg.mkPen(QColor(128, 128, 128, 140), width=1))
+        self.plot.addItem(self.separators)
+        self.selection = QGraphicsRectItem()
+        self.selection.setPen(pg.mkPen(SELECT_COLOUR, width=2.5, cosmetic=True))
+        self.selection.setZValue(10)
+        self.selection.hide()
+        self.plot.addItem(self.selection)
+
+        self.colorbar = pg.ColorBarItem(values=display_levels(False), colorMap=pg.colormap.get(GRID_COLORMAP),
+                                        label="attention weight", interactive=False, width=12)
+        self.colorbar.setImageItem(self.image)
+        self.addItem(self.colorbar, row=0, col=1)
+
+        self.stat_plots, self.stat_images = {}, {}
+        for col, (key, title) in enumerate(STATS, start=2):
+            plot = self.addPlot(row=0, col=col)
+            self._plain(plot)
+            plot.hideAxis("left")
+            plot.hideAxis("bottom")
+            plot.setTitle(title, size="9pt")
+            plot.setYLink(self.plot)
+            plot.setFixedWidth(48)
+            plot.invertY(True)
+            img = pg.ImageItem(axisOrder="row-major")
+            img.setColorMap(pg.colormap.get(STATS_COLORMAP))
+            plot.addItem(img)
+            self.stat_plots[key], self.stat_images[key] = plot, img
+
+        self.lens_plot = self.addPlot(row=0, col=len(STATS) + 2)
+        self._plain(self.lens_plot)
+        self.lens_plot.hideAxis("left")
+        self.lens_plot.hideAxis("bottom")
+        self.lens_plot.setTitle("logit lens", size="9pt")
+        self.lens_plot.setYLink(self.plot)
+        self.lens_plot.setFixedWidth(140)
+        self.lens_plot.invertY(True)
+        self.lens_plot.setXRange(0, 1, padding=0.02)
+        self.lens_bars = pg.BarGraphItem(x0=[], y=[], height=0.72, width=[], brush=QColor(34, 211, 238, 90),
+                                         pen=pg.mkPen(None))
+        self.lens_plot.addItem(self.lens_bars)
+        self.lens_texts: list[pg.TextItem] = []
+
+        self.scene().sigMouseClicked.connect(self._on_click)
+        self.scene().sigMouseMoved.connect(self._on_move)
+
+    @staticmethod
+    def _plain(plot: pg.PlotItem) -> None:
+        plot.setMenuEnabled(False)
+        plot.hideButtons()
+        plot.setMouseEnabled(x=False, y=False)
+        plot.invertY(True)  # layer 0 on top; query rows run down each tile
+
+    # -- data in ---------------------------------------------------------------------------
+    def set_data(self, thumbnails: np.ndarray, bin_labels: list[str], stats: dict[str, np.ndarray],
+                 lens_tokens: list[str], lens_probs: np.ndarray) -> None:
+        """thumbnails (L, nh, t, t); bin_labels: t labels of the tile rows/columns; stats:
+        {'entropy'|'prev_token'|'first_token': (L, nh)}; lens: one token and prob per layer."""
+        L, nh, t, _ = thumbnails.shape
+        reshaped = (L, nh) != (self._L, self._nh)
+        self._L, self._nh, self._t = L, nh, t
+        self._thumbs, self._bin_labels, self._stats = thumbnails, list(bin_labels), stats
+        self._mosaic = mosaic(thumbnails) if t else np.zeros((L, nh), np.float32) * np.nan
+        self._redraw_image()
+        self.image.setRect(QRectF(0, 0, max(nh, 1), max(L, 1)))
+        self.backdrop.setRect(QRectF(0, 0, nh, L))
+        if reshaped:
+            self.left_axis.set_count(L)
+            self.top_axis.set_count(nh)
+            xs = [v for h in range(1, nh) for v in (h, h)]
+            ys = [v for _h in range(1, nh) for v in (0, L)]
+            for layer in range(1, L):
+                xs += [0, nh]
+                ys += [layer, layer]
+            self.separators.setData(np.array(xs, float), np.array(ys, float))
+            self.plot.vb.setRange(xRange=(0, nh), yRange=(0, L), padding=0)
+            if self.selected and (self.selected[0] >= L or self.selected[1] >= nh):
+                self.selected = None
+                self.selection.hide()
+        for key, _title in STATS:
+            values = stats.get(key, np.zeros((L, nh)))
+            top = max(math.log(max(t, 2)), 1e-6) if key == "entropy" else 1.0
+            self.stat_images[key].setImage(values.astype(np.float32), autoLevels=False, levels=(0.0, top))
+            self.stat_images[key].setRect(QRectF(0, 0, max(nh, 1), max(L, 1)))
+            self.stat_plots[key].setXRange(0, max(nh, 1), padding=0)
+        self._set_lens(list(lens_tokens), np.asarray(lens_probs, dtype=float))
+
+    def _set_lens(self, tokens: list[str], probs: np.ndarray) -> None:
+        from .token_stream import visible_token
+
+        self._lens = (tokens, probs)
+        ys = np.arange(len(tokens)) + 0.5
+        self.lens_bars.setOpts(x0=np.zeros(len(tokens)), y=ys, width=probs, height=0.72)
+        while len(self.lens_texts) < len(tokens):
+            item = pg.TextItem(anchor=(0, 0.5), color=pg.getConfigOption("foreground"))
+            self.lens_plot.addItem(item)
+            self.lens_texts.append(item)
+        for i, item in enumerate(self.lens_texts):
+            if i < len(tokens):
+                label = visible_token(tokens[i])
+                label = label if len(label) <= 12 else label[:11] + "…"
+                item.setText(f"{label}  {format_prob(probs[i])}")
+                item.setPos(0.02, ys[i])
+                item.show()
+            else:
+                item.hide()
+
+    def set_log(self, log: bool) -> None:
+        if log == self._log:
+            return
+        self._log = log
+        self.colorbar.setLevels(values=display_levels(log))
+        self.colorbar.setLabel("left", "log₁₀ attention weight" if log else "attention weight")
+        self._redraw_image()
+
+    @property
+    def log(self) -> bool:
+        return self._log
+
+    def _redraw_image(self) -> None:
+        levels = self.colorbar.levels() if self._mosaic.size else display_levels(self._log)
+        self.image.setImage(to_display(self._mosaic, self._log), autoLevels=False, levels=levels)
+
+    def displayed_tile(self, layer: int, head: int) -> np.ndarray:
+        """The (t, t) weights drawn for one head (NaN above the diagonal): what tests check."""
+        t = self._t
+        return self._mosaic[layer * t:(layer + 1) * t, head * t:(head + 1) * t]
+
+    # -- selection -----------------------------------------------------------------------
+    def select(self, layer: int, head: int, emit: bool = False) -> None:
+        if not (0 <= layer < self._L and 0 <= head < self._nh):
+            return
+        self.selected = (layer, head)
+        self.selection.setRect(QRectF(head, layer, 1, 1))
+        self.selection.show()
+        if emit:
+            self.headSelected.emit(layer, head)
+
+    def keyPressEvent(self, event) -> None:  # noqa: N802 - Qt override
+        moves = {Qt.Key.Key_Left: (0, -1), Qt.Key.Key_Right: (0, 1),
+                 Qt.Key.Key_Up: (-1, 0), Qt.Key.Key_Down: (1, 0)}
+        if event.key() in moves and self._L:
+            dl, dh = moves[event.key()]
+            layer, head = self.selected or (0, 0)
+            if self.selected is not None:
+                layer = min(max(layer + dl, 0), self._L - 1)
+                head = min(max(head + dh, 0), self._nh - 1)
+            self.select(layer, head, emit=True)
+            event.accept()
+            return
+        super().keyPressEvent(event)
+
+    def _cell_at(self, scene_pos) -> tuple[int, int, float, float] | None:
+        if not self.plot.sceneBoundingRect().contains(scene_pos) or not self._L:
+            return None
+        p = self.plot.vb.mapSceneToView(scene_pos)
+        head, layer = math.floor(p.x()), math.floor(p.y())
+        if not (0 <= layer < self._L and 0 <= head < self._nh):
+            return None
+        return layer, head, p.y() - layer, p.x() - head
+
+    def _on_click(self, event) -> None:
+        cell = self._cell_at(event.scenePos())
+        if cell is not None and event.button() == Qt.MouseButton.LeftButton:
+            self.setFocus()
+            self.select(cell[0], cell[1], emit=True)
+
+    def _on_move(self, scene_pos) -> None:
+        cell = self._cell_at(scene_pos)
+        if cell is None or not self._t:
+            return
+        layer, head, fy, fx = cell
+        q, k = min(int(fy * self._t), self._t - 1), min(int(fx * self._t), self._t - 1)
+        text = f"L{layer} H{head}"
+        stats = "  ".join(f"{title} {self._stats[key][layer, head]:.2f}" for key, title in STATS if key in self._stats)
+        if k <= q:
+            weight = self._thumbs[layer, head, q, k]
+            text += f"   query {self._bin_labels[q]} → key {self._bin_labels[k]}: {weight:.3f}"
+        else:
+            text += f"   query {self._bin_labels[q]} cannot see key {self._bin_labels[k]} (future)"
+        self.hoverText.emit(f"{text}   │ {stats}")
