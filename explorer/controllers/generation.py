@@ -68,6 +68,8 @@ class GenerationPane(QWidget):
         self._generate_when_ready = False  # set by set_prompt: generate once the logits are in
         self._hold_ready_for_run = False
         self.last_rate: float | None = None  # decode tokens/s of the last finished run
+        self.last_run: _Run | None = None  # the last finished run (tokens produced, why it ended)
+        self.generated_ids: list[int] = []  # token ids shown for the current / last run
 
         self._debounce = QTimer(self)
         self._debounce.setSingleShot(True)
@@ -78,18 +80,22 @@ class GenerationPane(QWidget):
         self.view.generateRequested.connect(self.start_generation)
         self.view.stopRequested.connect(self.stop_generation)
 
-        if ctx.prompt is not None:
-            self.set_prompt(ctx.prompt)
-        elif self.session.has_model:
+        if ctx.prompt is not None:  # the main window calls set_prompt too (that one generates)
+            self.view.set_prompt_text(ctx.prompt)
+            self._debounce.stop()
+        if self.session.has_model:
             self.refresh_logits()
+
+    @property
+    def is_ready(self) -> bool:
+        """True once dataReady was emitted (screenshot mode checks it on a late connect)."""
+        return self._ready_sent
 
     # -- registry hooks --------------------------------------------------------------------
     def set_prompt(self, text: str) -> None:
         """Show `text`, draw its distribution, then generate a short continuation, so that
         a screenshot (`--prompt`) shows both; `dataReady` waits for that generation."""
-        self._debounce.stop()
         self.view.set_prompt_text(text)
-        self._debounce.stop()  # setting the text started it; run now instead
         self._generate_when_ready = True
         self._hold_ready_for_run = True
         self.view.set_settings(max_new_tokens=SCREENSHOT_TOKENS)
@@ -126,7 +132,9 @@ class GenerationPane(QWidget):
         self.redraw_distribution()
         if self._generate_when_ready:
             self._generate_when_ready = False
-            self.start_generation()
+            if not self.start_generation():  # one is running already: be ready without it
+                self._hold_ready_for_run = False
+                self._maybe_ready()
 
     def _on_logits_error(self, exc: BaseException) -> None:
         self.logits = None
@@ -193,14 +201,17 @@ class GenerationPane(QWidget):
     def running(self) -> bool:
         return self._run is not None
 
-    def start_generation(self) -> None:
+    def start_generation(self) -> bool:
+        """Generate with the current prompt and settings; False if it could not start
+        (no model yet, or a generation is running)."""
         if not self.session.has_model or self._run is not None:
-            return
+            return False
         session = self.session
         settings = self.view.settings()
         context = session.prompt_context(self.view.prompt_text())
         run = _Run(version=session.version, max_new_tokens=settings["max_new_tokens"])
         self._run = run
+        self.generated_ids = []
         self.view.start_stream(context.text, _stream_note(context))
         self.view.set_running(True)
         self.view.set_stream_status("starting…")
@@ -217,6 +228,7 @@ class GenerationPane(QWidget):
                            on_result=lambda _n: self._drain(run),
                            on_error=lambda exc: self._on_run_error(run, exc),
                            on_finished=lambda: self._on_run_finished(run))
+        return True
 
     def stop_generation(self) -> None:
         """Stop after the token being computed: the engine checks the token before each step."""
@@ -237,6 +249,7 @@ class GenerationPane(QWidget):
                 run.first_at = at
             run.last_at = at
             run.shown += 1
+            self.generated_ids.append(token.token)
             self.view.append_token(token.text, token.prob, token.alternatives)
         self._show_rate(run, final=False)
 
@@ -281,6 +294,7 @@ class GenerationPane(QWidget):
         if reason == "model changed" or not run.end_reason:
             run.end_reason = reason
         self.last_rate = self._rate(run)
+        self.last_run = run
         self._show_rate(run, final=True)
         self.view.set_running(False)
         self.generationFinished.emit(run.end_reason)
