@@ -113,7 +113,7 @@ def _wait(app, predicate, timeout_s: float) -> bool:
 
 def take_screenshot(app, window, runner, panel_name: str, out: str) -> int:
     """Wait for the model and the panel's first data, grab the window, write the PNG."""
-    from .main_window import MODEL_TASK
+    from .workers import MODEL_TASK
 
     if not _wait(app, lambda: window.session is not None and not runner.is_running(MODEL_TASK), LOAD_TIMEOUT_S):
         print(f"gpt-explorer: the model did not load within {LOAD_TIMEOUT_S} s", file=sys.stderr)
@@ -177,6 +177,7 @@ def main(argv=None) -> int:
         settings = QSettings(os.path.join(tempfile.mkdtemp(prefix="gpt-explorer-"), "s.ini"), QSettings.Format.IniFormat)
     window = MainWindow(None, runner, settings=settings, prompt=args.prompt, panel=args.panel,
                         log_path=str(log_path) if log_path else None)
+    window.auto_download = not args.screenshot  # a screenshot uses what is here, never waits on the network
     holder = {"window": window}
     install_exception_hook(lambda: holder.get("window"))
     if args.screenshot or args.exit_after_paint:

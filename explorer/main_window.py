@@ -19,19 +19,18 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QFileDialog, QLabel, QMainWindow, QMessageBox, QProgressDialog, QStackedLayout,
-                               QTabWidget, QVBoxLayout, QWidget)
+                               QTabWidget, QToolButton, QVBoxLayout, QWidget)
 
 from . import theme
 from .errors import explain, log_exception
 from .registry import PANELS, PanelContext, PanelSpec
-from .workers import Cancelled, TaskRunner
+from .workers import MODEL_TASK, Cancelled, TaskRunner
 
 if TYPE_CHECKING:
     from .session import Session
 
 log = logging.getLogger("explorer")
 
-MODEL_TASK = "model"  # one key for every model swap: a new load or build supersedes the last
 CHECKPOINT_FILTER = "Checkpoints (*.safetensors *.pt *.pth *.bin *.ckpt);;All files (*)"
 
 
@@ -76,6 +75,7 @@ class MainWindow(QMainWindow):
         self.session, self.runner = session, runner
         self.settings = settings if settings is not None else QSettings("gpt-explorer", "gpt-explorer")
         self.log_path = log_path
+        self.auto_download = True  # fetch GPT-2 small in the background when it is not cached
         self.errors_shown: list[tuple[str, str]] = []  # (title, message) of every error reported
         self._error_box: QMessageBox | None = None
         self._progress: QProgressDialog | None = None
@@ -125,6 +125,13 @@ class MainWindow(QMainWindow):
             label.setObjectName("trainedBadge" if key == "trained" else f"status_{key}")
             self.status_labels[key] = label
             bar.addPermanentWidget(label)
+            if key == "activity":
+                self.cancel_button = QToolButton()
+                self.cancel_button.setText("Cancel")
+                self.cancel_button.setToolTip("Stop loading (the current model stays)")
+                self.cancel_button.clicked.connect(lambda: self.runner.cancel(MODEL_TASK))
+                self.cancel_button.hide()
+                bar.addPermanentWidget(self.cancel_button)
 
     def _action(self, menu, text: str, slot, shortcut=None, icon: str | None = None, tip: str = "") -> QAction:
         action = QAction(text, self)
@@ -221,28 +228,21 @@ class MainWindow(QMainWindow):
 
         A failed `source` still leaves a session (without a model), so the user can open another.
         """
-        def work(token, progress):
-            from .session import Session
+        def make_session(token, progress):
+            from .session import Session  # imports torch: seconds, so never on the GUI thread
 
             session = Session(device=device)
-            try:
-                if source:
-                    session.load(source, progress=progress, cancel=token)
-                else:
-                    session.load_default(progress=progress, cancel=token)
-            except Cancelled:
-                return session, None
-            except Exception as exc:  # noqa: BLE001 - reported once the session is attached
-                return session, exc
-            return session, None
+            session.device  # resolve it here too (asking CUDA is slow)
+            return session
 
-        def attach(result) -> None:
-            session, exc = result
-            self.attach_session(session)
-            if exc is not None:
-                self.report_error(f"Loading {source}", exc)
+        def attach(session) -> None:
+            self.attach_session(session)  # the Config panel works from here on
+            if source:
+                self.load_model(source)
+            else:
+                self.load_default()
 
-        self._run_model_task(f"Loading {source or 'GPT-2 small'}", work, on_result=attach)
+        self._run_model_task("Starting", make_session, on_result=attach)
 
     def attach_session(self, session: "Session") -> None:
         self.session = self.ctx.session = session
@@ -256,29 +256,53 @@ class MainWindow(QMainWindow):
             source, progress=progress, cancel=token))
 
     def load_default(self) -> None:
+        """GPT-2 small from the cache, else the untrained stand-in at once and (when the hub is
+        reachable and `auto_download`) the real weights downloaded in the background."""
         if self.session is None:
             self.start()
             return
-        self._run_model_task("Loading GPT-2 small", lambda token, progress: self.session.load_default(
-            progress=progress, cancel=token))
 
-    def _run_model_task(self, title: str, fn, on_result=None) -> None:
+        def loaded(info) -> None:
+            self.notify_model_changed()
+            if not info.trained and self.auto_download:
+                from gptcore.hub import hub_offline
+
+                if not hub_offline():
+                    self.download_default()
+
+        self._run_model_task("Loading GPT-2 small", lambda token, progress: self.session.load_default(
+            progress=progress, cancel=token), on_result=loaded)
+
+    def download_default(self) -> None:
+        """Try to fetch GPT-2 small; failure (offline) is a status message, not a dialog: the
+        untrained stand-in is already loaded and its banner says how to get real weights."""
+        def failed(exc: BaseException) -> None:
+            if not isinstance(exc, Cancelled):
+                log_exception("Downloading GPT-2 small", exc)
+                self.show_message(f"GPT-2 small could not be downloaded: {str(exc).splitlines()[0]}", 15000)
+
+        self._run_model_task("Downloading GPT-2 small", lambda token, progress: self.session.load(
+            "gpt2", progress=progress, cancel=token), on_error=failed)
+
+    def _run_model_task(self, title: str, fn, on_result=None, on_error=None) -> None:
         self.show_message(f"{title}…")
         self.set_activity(f"{title}…")
+        self.cancel_button.show()
 
-        def on_error(exc: BaseException) -> None:
-            if not isinstance(exc, Cancelled):
+        def report(exc: BaseException) -> None:
+            if not isinstance(exc, Cancelled) and type(exc).__name__ != "LoadCancelled":
                 self.report_error(title, exc)
 
         def on_finished() -> None:
             self._close_progress()
+            self.cancel_button.hide()
             self.set_activity("")
             self._refresh_if_swapped()
             if self.session is not None and self.session.has_model:
                 self.show_message(f"Model: {self.session.info.name}", 5000)
 
         self.runner.submit(MODEL_TASK, fn, on_result=on_result or (lambda _info: self.notify_model_changed()),
-                           on_error=on_error, on_progress=lambda d, t, m: self._show_progress(title, d, t, m),
+                           on_error=on_error or report, on_progress=lambda d, t, m: self._show_progress(title, d, t, m),
                            on_finished=on_finished)
 
     def _show_progress(self, title: str, done: int, total: int, message: str) -> None:
@@ -362,8 +386,10 @@ class MainWindow(QMainWindow):
         labels["params"].setToolTip(f"{info.n_params:,} parameters ({'tied' if info.tied else 'untied'} head)")
         self._update_memory()
         if has_model and not info.trained:
-            what = ("random weights (gpt2 init), not GPT-2's: GPT-2 small's weights could not be loaded "
-                    "(hover for why)" if info.note else "freshly initialised weights: its outputs are noise")
+            from .session import UNTRAINED_HOW_TO
+
+            what = (info.note.split(UNTRAINED_HOW_TO)[0].replace("UNTRAINED — ", "").strip().rstrip(".")
+                    or "freshly initialised weights: its outputs are noise")
             self.banner.setText(
                 f"<b>UNTRAINED model</b> — {what}. &nbsp;<a href='load-gpt2'>Load GPT-2 small…</a> · "
                 f"<a href='open'>Open checkpoint…</a> · or start with <code>gpt-explorer --model PATH</code>")

@@ -48,9 +48,9 @@ def _placeholder(title: str, what: str, issue: str):
 
 # --- config ---
 def _config_factory(ctx: PanelContext):
-    from .panels.placeholder import PlaceholderPanel
+    from .controllers.config import ConfigPage
 
-    return PlaceholderPanel("Config & parameters", "Edit a GPT config and watch the parameter count.", "issue 5")
+    return ConfigPage(ctx)
 
 
 # --- attention ---

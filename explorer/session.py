@@ -222,16 +222,22 @@ class Session:
             )
 
     def load_default(self, progress: ProgressFn | None = None, cancel=None) -> ModelInfo:
-        """GPT-2 small when it can be had (cache or download); otherwise the same shape with
-        the gpt2 init, labelled untrained with how to get real weights. Never raises for
-        missing weights, so the app always opens."""
-        try:
-            return self.load(DEFAULT_SOURCE, progress=progress, cancel=cancel)
-        except Exception as exc:  # noqa: BLE001 - any reason (offline, cancelled, corrupt cache) -> fallback
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        note = f"UNTRAINED — random weights (gpt2 init), not GPT-2's. GPT-2 small could not be loaded: {reason}. {UNTRAINED_HOW_TO}"
+        """GPT-2 small when it is in the local cache; otherwise the same shape with the gpt2
+        init, labelled untrained with how to get real weights. Never touches the network and
+        never raises for missing weights, so the app always opens (and opens fast); the
+        window offers the download separately, in the background."""
+        from gptcore.hub import is_hub_cached
+
+        if not is_hub_cached(DEFAULT_SOURCE):
+            reason = "its weights are not in the local Hugging Face cache"
+        else:
+            try:
+                return self.load(DEFAULT_SOURCE, progress=progress, cancel=cancel)
+            except Exception as exc:  # noqa: BLE001 - any reason (cancelled, corrupt cache) -> fallback
+                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        note = f"UNTRAINED — random weights (gpt2 init), not GPT-2's: GPT-2 small {reason}. {UNTRAINED_HOW_TO}"
         return self.build(GPTConfig.preset("gpt2").to_dict(), "gpt2", seed=0, progress=progress,
-                          name="GPT-2 small shape (untrained)", note=note)
+                          name="GPT-2 small shape, random init", note=note)
 
     @classmethod
     def tiny(cls, seed: int = 0, **config_overrides) -> "Session":

@@ -28,6 +28,7 @@ from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
 log = logging.getLogger("explorer.workers")
 
 ProgressFn = Callable[[int, int, str], None]  # (done, total, message); safe from the worker thread
+MODEL_TASK = "model"  # the key of every model swap (load or build): a new one supersedes the last
 
 
 _live_runners: "weakref.WeakSet[TaskRunner]" = weakref.WeakSet()

@@ -1,0 +1,192 @@
+"""Config controller: form edits -> closed-form parameter readout; Build -> a new model.
+
+Counting is closed form (gptcore.count_parameters allocates nothing), so the readout is
+recomputed synchronously on every edit, even for gpt2-xl. Building runs in a worker under
+the runner's model key (a build and a load supersede each other), is refused up front
+when the estimate exceeds free memory, and swaps the model into the session.
+"""
+from __future__ import annotations
+
+import json
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QVBoxLayout, QWidget
+
+from gptcore.config import PRESETS, ConfigError, GPTConfig
+from gptcore.params import count_parameters, format_bytes, format_count
+
+from ..panels.config_panel import ComponentRow, ConfigPanel, ParamReadout
+from ..registry import PanelContext
+from ..workers import MODEL_TASK
+
+PRESET_ORDER = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilgpt2")
+SETTINGS_KEY = "config_panel"
+
+
+def readout_for(cfg: GPTConfig) -> ParamReadout:
+    """The panel's plain-number view of count_parameters(cfg)."""
+    count = count_parameters(cfg)
+    comps = count.by_component
+    return ParamReadout(
+        total=count.total, total_text=format_count(count.total), tied=count.tied,
+        tied_total=count.tied_total, untied_total=count.untied_total, tie_saving=count.tie_saving,
+        vocab_size=cfg.vocab_size, n_embd=cfg.n_embd, n_layer=cfg.n_layer, per_block=count.per_block,
+        non_embedding=count.non_embedding,
+        kaplan_non_embedding=count.total - comps["token embedding"].total - comps["position embedding"].total
+        - comps["output head"].total,
+        components=tuple(ComponentRow(c.name, c.per_block, c.total, c.in_blocks) for c in comps.values()),
+        memory=(
+            ("weights fp32", format_bytes(count.memory_bytes("fp32"))),
+            ("weights bf16", format_bytes(count.memory_bytes("bf16"))),
+            ("Adam training fp32", format_bytes(count.training_bytes("fp32"))),
+            ("Adam, bf16 weights + fp32 moments", format_bytes(count.training_bytes("bf16", "fp32"))),
+        ),
+    )
+
+
+def preset_of(values: dict) -> str | None:
+    """The preset these values equal exactly, if any."""
+    for name in PRESET_ORDER:
+        try:
+            if GPTConfig.preset(name).to_dict() == values:
+                return name
+        except ConfigError:
+            continue
+    return None
+
+
+class ConfigController(QObject):
+    def __init__(self, ctx: PanelContext, panel: ConfigPanel):
+        super().__init__(panel)
+        from gptcore.init import INIT_SCHEMES
+
+        self.ctx, self.panel = ctx, panel
+        self.config: GPTConfig = GPTConfig.preset("gpt2")  # last valid config in the form
+        panel.set_presets([p for p in PRESET_ORDER if p in PRESETS])
+        saved = self._load_settings()
+        panel.set_init_schemes(INIT_SCHEMES, saved.get("init_scheme", "gpt2"))
+        if isinstance(saved.get("seed"), int):
+            panel.seed.setValue(saved["seed"])
+        panel.configEdited.connect(self.on_edited)
+        panel.presetChosen.connect(self.on_preset)
+        panel.buildRequested.connect(self.on_build)
+        session = ctx.session
+        if session is not None and session.has_model:
+            self.on_model_changed()
+        else:
+            self.show_config(self.config)
+
+    # -- readout ---------------------------------------------------------------------------------
+    def show_config(self, cfg: GPTConfig) -> None:
+        values = cfg.to_dict()
+        self.panel.set_values(values, preset_of(values))
+        self.on_edited(values)
+
+    def on_edited(self, values: dict) -> None:
+        try:
+            cfg = GPTConfig(**values)
+        except ConfigError as exc:
+            self.panel.set_field_error(exc.field, str(exc))
+            return
+        except (TypeError, ValueError) as exc:  # a value of the wrong type that validation did not name
+            self.panel.set_field_error(next(iter(values)), str(exc))
+            return
+        self.config = cfg
+        self.panel.set_field_error(None)
+        self.panel.set_preset(preset_of(values))
+        self.panel.set_readout(readout_for(cfg))
+
+    def on_preset(self, name: str) -> None:
+        self.show_config(GPTConfig.preset(name))
+
+    # -- building ----------------------------------------------------------------------------------
+    def on_build(self, scheme: str, seed) -> None:
+        from ..session import BuildRefused
+
+        session, cfg = self.ctx.session, self.config
+        self._save_settings(scheme, seed)
+        if session is None:
+            self.panel.set_build_status("The app is still starting; try again in a moment.", error=True)
+            return
+        try:
+            session.check_fits(cfg)
+        except BuildRefused as exc:
+            self.panel.set_build_status(f"Not built: {exc}", error=True)
+            self._message(f"Build refused: {exc}")
+            return
+        self.panel.set_build_busy(True)
+        self.panel.set_build_status(f"Building {format_count(count_parameters(cfg).total)} parameters…")
+
+        def work(token, progress):
+            return session.build(cfg.to_dict(), scheme, seed, progress)
+
+        self.ctx.runner.submit(MODEL_TASK, work, on_result=self._built, on_error=self._build_failed,
+                               on_progress=self.panel.set_build_progress,
+                               on_finished=lambda: self.panel.set_build_busy(False))
+
+    def _built(self, info) -> None:
+        self.panel.set_build_status(f"Built {info.name}: {info.n_params:,} parameters on {info.device}.")
+        if self.ctx.window is not None:
+            self.ctx.window.notify_model_changed()  # status bar + every panel, this one included
+        else:
+            self.on_model_changed()
+
+    def _build_failed(self, exc: BaseException) -> None:
+        from ..errors import explain
+
+        expl = explain(exc)
+        self.panel.set_build_status(f"Not built: {expl.message}", error=True)
+        if self.ctx.window is not None:
+            self.ctx.window.report_error("Build failed", exc)
+
+    # -- model swaps, settings -------------------------------------------------------------------------
+    def on_model_changed(self) -> None:
+        info = self.ctx.session.info
+        kind = "trained" if info.trained else "untrained"
+        self.panel.set_loaded_model(
+            f"Current model: <b>{info.name}</b> — {kind}, {info.n_params:,} parameters on {info.device}. "
+            f"The form shows its config; edit it to explore, then Build.")
+        if info.config:
+            self.show_config(GPTConfig.from_dict(info.config))
+
+    def _message(self, text: str) -> None:
+        if self.ctx.window is not None:
+            self.ctx.window.show_message(text, 10000)
+
+    def _settings(self):
+        return getattr(self.ctx.window, "settings", None)
+
+    def _load_settings(self) -> dict:
+        settings = self._settings()
+        if settings is None:
+            return {}
+        try:
+            return json.loads(settings.value(SETTINGS_KEY, "{}") or "{}")
+        except (TypeError, ValueError):
+            return {}
+
+    def _save_settings(self, scheme: str, seed) -> None:
+        settings = self._settings()
+        if settings is not None:
+            settings.setValue(SETTINGS_KEY, json.dumps({"init_scheme": scheme, "seed": -1 if seed is None else seed}))
+
+
+class ConfigPage(QWidget):
+    """The panel view composed with its controller: what the registry's factory returns."""
+
+    dataReady = Signal()
+
+    def __init__(self, ctx: PanelContext, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.view = ConfigPanel()
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.view)
+        self.controller = ConfigController(ctx, self.view)
+        self.is_ready = True  # the readout is drawn synchronously in the constructor
+
+    def on_model_changed(self) -> None:
+        self.controller.on_model_changed()
+
+    def focus_form(self) -> None:
+        self.view.inputs["n_layer"].setFocus()
