@@ -197,6 +197,11 @@ class AttentionView(QWidget):
         layout.addWidget(self.panel)
         self.panel.set_prompt_text(ctx.prompt if ctx.prompt is not None else _default_prompt())
 
+    @property
+    def is_ready(self) -> bool:
+        """True once real data was drawn (screenshot mode may connect after dataReady fired)."""
+        return self.controller.result is not None
+
     def set_prompt(self, text: str) -> None:
         self.panel.set_prompt_text(text)
         self.controller.request()  # no need to wait for the debounce: this is not typing
