@@ -197,12 +197,12 @@ def read_sharded_index(index_path: Path, reader) -> dict[str, torch.Tensor]:
         assert isinstance(weight_map, dict)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AssertionError) as exc:
         raise corrupt(index_path, f"not a shard index with a weight_map ({exc.__class__.__name__})") from None
-    folder = index_path.parent.resolve()
+    folder = index_path.parent
     shards = {}
     for name in sorted(set(weight_map.values())):
-        shard = (folder / str(name)).resolve()
-        if shard.parent != folder:
-            raise corrupt(index_path, f"shard name {name!r} points outside the folder")
+        if not isinstance(name, str) or Path(name).name != name or name in (".", ".."):
+            raise corrupt(index_path, f"shard name {name!r} is not a file name in its folder")
+        shard = folder / name  # (in a hub cache a symlink into blobs/, so not resolved here)
         if not shard.is_file():
             raise LoadError(f"incomplete checkpoint {folder}: shard {name} listed in {index_path.name} is missing; "
                             f"re-download the whole folder")

@@ -33,6 +33,11 @@ CONV1D_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
 _IGNORED = re.compile(r"(^|\.)attn\.(bias|masked_bias)$")
 _BLOCK = re.compile(r"^h\.(\d+)\.(.+)\.(weight|bias)$")
 _PREFIXES = ("_orig_mod.", "module.", "transformer.")
+# Our own parameter names (a saved `GPT.state_dict()`) pass through unchanged.
+_OURS = re.compile(
+    r"^((embed|pos_embed|unembed)\.weight|ln_final\.(weight|bias)"
+    r"|blocks\.\d+\.(ln1|ln2|attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.(weight|bias))$"
+)
 
 
 class ConversionError(ValueError):
@@ -56,6 +61,8 @@ def rename_key(key: str) -> str | None:
         return None
     if bare == "lm_head.weight":
         return "unembed.weight"
+    if _OURS.match(bare):
+        return bare
     if bare in _TOP_LEVEL:
         return _TOP_LEVEL[bare]
     match = _BLOCK.match(bare)

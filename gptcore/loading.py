@@ -347,10 +347,7 @@ def _is_conv1d(state: dict) -> bool:
 
 def _build(raw: _Raw, device: torch.device, dtype: torch.dtype, progress, cancel) -> GPT:
     config = raw.config
-    if "embed.weight" in raw.state:  # already our names (a state dict of this package's GPT)
-        ours, unexpected = dict(raw.state), []
-    else:
-        ours, unexpected = convert_state_dict(raw.state, conv1d=_is_conv1d(raw.state))
+    ours, unexpected = convert_state_dict(raw.state, conv1d=_is_conv1d(raw.state))
     model = _empty_model(config)
     expected = model.state_dict()
     try:
