@@ -1,0 +1,150 @@
+"""Latency of the attention panel: last keystroke -> every heatmap repainted.
+
+    python -m explorer.bench [--edits 12] [--tokens 32] [--shape gpt2|tiny]
+
+What is timed, per edit (median and spread over several edits):
+- end to end: a real key press into the prompt box (offscreen Qt), the 80 ms debounce, the
+  worker's capture, drawing the grid/summary/lens/zoom, and a synchronous repaint of both
+  views; the clock stops when the repaint returns;
+- the capture alone (`Session.attention`, the forward with hooks + pooling + logit lens),
+  and for reference the bare forward without hooks (fused attention, no logits).
+The model is GPT-2 small's shape with random weights (timing does not depend on the values).
+The load average is printed too: on a shared machine other processes move these numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+
+def _median_ms(samples: list[float]) -> str:
+    ms = sorted(s * 1000 for s in samples)
+    return f"median {statistics.median(ms):6.1f} ms   (min {ms[0]:.1f}, max {ms[-1]:.1f}, n={len(ms)})"
+
+
+def prompt_of(session, n_tokens: int) -> str:
+    words = ("the model reads every token and each head decides where to look next while we type "
+             "more words into the box to see how attention moves across layers").split()
+    text, i = "", 0
+    while len(session.encode(text)) < n_tokens - 1:
+        text += (" " if text else "") + words[i % len(words)]
+        i += 1
+    return text
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m explorer.bench", description=__doc__.splitlines()[0])
+    p.add_argument("--edits", type=int, default=12)
+    p.add_argument("--tokens", type=int, default=32)
+    p.add_argument("--shape", default="gpt2", choices=["gpt2", "tiny"])
+    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    args = p.parse_args(argv)
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+    import torch
+    from PySide6.QtCore import Qt
+    from PySide6.QtTest import QTest
+    from PySide6.QtWidgets import QApplication
+
+    from gptcore.config import GPTConfig
+
+    from .controllers.attention import AttentionView
+    from .registry import PanelContext
+    from .session import Session
+    from .workers import TaskRunner
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    app = QApplication.instance() or QApplication([])
+    if args.shape == "gpt2":
+        session = Session(device="cpu")
+        session.build(GPTConfig.preset("gpt2").to_dict(), "gpt2", seed=0)
+    else:
+        session = Session.tiny()
+    text = prompt_of(session, args.tokens)
+    cfg = session.config
+    print(f"model: {session.info.name} ({cfg.n_layer} layers × {cfg.n_head} heads, n_embd {cfg.n_embd}); "
+          f"torch threads {torch.get_num_threads()}; load average {os.getloadavg()[0]:.2f} "
+          f"on {os.cpu_count()} CPUs (shared machine: other work shows up here)")
+
+    # 1. The capture and the bare forward.
+    ids = torch.tensor([session.encode(text + " x")])
+    print(f"prompt: {ids.shape[1]} tokens")
+    for _ in range(2):
+        session.attention(text + " x")
+    capture, bare, full_logits = [], [], []
+    for _ in range(args.edits):
+        t0 = time.perf_counter()
+        session.attention(text + " x", full_layers=(0,))
+        capture.append(time.perf_counter() - t0)
+        with torch.inference_mode():
+            t0 = time.perf_counter()
+            session.model(ids, logits=None)
+            bare.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            session.model(ids, logits="all")
+            full_logits.append(time.perf_counter() - t0)
+    print(f"capture (hooks, all patterns, stats, lens):   {_median_ms(capture)}")
+    print(f"bare forward, no hooks, logits=None:           {_median_ms(bare)}")
+    print(f"bare forward, no hooks, logits for every pos.: {_median_ms(full_logits)}")
+
+    # 2. End to end through the real panel.
+    runner = TaskRunner()
+    view = AttentionView(PanelContext(session, runner, None, text))
+    view.resize(1400, 850)
+    view.show()
+    drawn: list[tuple[str, float]] = []
+    view.controller.drawn.connect(lambda r: drawn.append((r.text, time.perf_counter())))
+
+    def wait(pred, timeout=120.0):
+        deadline = time.perf_counter() + timeout
+        while not pred():
+            if time.perf_counter() > deadline:
+                raise TimeoutError("the panel did not draw in time")
+            app.processEvents()
+            time.sleep(0.001)
+
+    idle = lambda: (not view.controller.timer.isActive() and not view.controller._in_flight and not runner.busy)  # noqa: E731
+    wait(lambda: bool(drawn) and idle())
+    prompt = view.panel.prompt
+    prompt.setFocus()
+    prompt.moveCursor(prompt.textCursor().MoveOperation.End)
+    latencies = []
+    for i in range(args.edits):
+        wait(idle)
+        time.sleep(0.15)
+        app.processEvents()
+        key = Qt.Key.Key_X if i % 2 == 0 else Qt.Key.Key_Backspace
+        target = text + " x" if i % 2 == 0 else text + " "
+        if i == 0:
+            QTest.keyClick(prompt, Qt.Key.Key_Space)
+            wait(idle)
+        drawn.clear()
+        t0 = time.perf_counter()
+        QTest.keyClick(prompt, key)  # the last keystroke of this edit
+        wait(lambda: any(t == target for t, _ in drawn))
+        view.panel.grid.viewport().repaint()  # synchronous: every heatmap painted now
+        view.panel.zoom.viewport().repaint()
+        latencies.append(time.perf_counter() - t0)
+    print(f"keystroke -> all heatmaps repainted (debounce {view.controller.timer.interval()} ms included): "
+          f"{_median_ms(latencies)}")
+    result, draws = view.controller.result, []
+    for _ in range(args.edits):
+        t0 = time.perf_counter()
+        view.panel.set_attention(result)
+        view.controller._show_selected()
+        view.panel.grid.viewport().repaint()
+        view.panel.zoom.viewport().repaint()
+        draws.append(time.perf_counter() - t0)
+    print(f"drawing alone (grid, columns, zoom, chips + repaint):            {_median_ms(draws)}")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    runner.wait_all(5000)
+    view.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
