@@ -22,6 +22,7 @@ from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from ..panels.generation_panel import GenerationPanel
+from ..panels.token_stream import format_prob
 
 LOGITS_KEY = "generation.logits"
 RUN_KEY = "generation.run"
@@ -175,9 +176,9 @@ class GenerationPane(QWidget):
             head = f"nothing masked: all {dist.vocab:,} tokens can be drawn"
         elif s["temperature"] == 0:
             head = (f"greedy: only the most likely token can be drawn; "
-                    f"masked: {dist.masked_count:,} tokens, {dist.masked_mass:.1%} of the model's mass")
+                    f"masked: {dist.masked_count:,} tokens, {format_prob(dist.masked_mass)} of the model's mass")
         else:
-            head = (f"masked: {dist.masked_count:,} tokens, {dist.masked_mass:.1%} of the model's mass "
+            head = (f"masked: {dist.masked_count:,} tokens, {format_prob(dist.masked_mass)} of the model's mass "
                     f"({kept:,} can be drawn)")
         return f"{head} · entropy {dist.entropy_bits:.2f} bits"
 

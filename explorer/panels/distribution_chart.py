@@ -20,7 +20,8 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 from .token_stream import format_prob, probability_colour, visible_token
 
 MASKED_COLOUR = "#b9b9b9"
-OUTLINE_COLOUR = "#5a5a5a"
+OUTLINE_COLOUR = "#8c8c8c"  # mid grey: visible on the light and the dark theme
+MASKED_TEXT_COLOUR = "#8c8c8c"
 LABEL_CHARS = 16
 
 
@@ -57,10 +58,11 @@ class DistributionChart(QWidget):
         self.plot.getAxis("bottom").setLabel("probability")
         self.plot.getAxis("bottom").enableAutoSIPrefix(False)  # ticks are already percentages
         self.plot.getAxis("left").setStyle(tickTextOffset=6)
+        self._text_colour = QColor(pg.mkColor(pg.getConfigOption("foreground")))  # the theme's (set by theme.py)
         for side in ("left", "bottom"):
-            self.plot.getAxis(side).setTextPen("#303030")
+            self.plot.getAxis(side).setTextPen(self._text_colour)
         self._outline = pg.BarGraphItem(x0=[], y=[], height=0.8, width=[],
-                                        pen=pg.mkPen(OUTLINE_COLOUR, width=1.2, style=Qt.PenStyle.DashLine),
+                                        pen=pg.mkPen(OUTLINE_COLOUR, width=1.3, style=Qt.PenStyle.DashLine),
                                         brush=pg.mkBrush(0, 0, 0, 0))
         self._bars = pg.BarGraphItem(x0=[], y=[], height=0.56, width=[], pen=pg.mkPen(None), brushes=[])
         self.plot.addItem(self._bars)
@@ -75,7 +77,7 @@ class DistributionChart(QWidget):
         self.note.setWordWrap(True)
         self.note.setTextFormat(Qt.TextFormat.RichText)
         self.legend = QLabel(
-            "<span style='color:#5a5a5a'>⬚</span> model (T = 1, nothing masked) &nbsp; "
+            "<span style='color:#8c8c8c'>⬚</span> model (T = 1, nothing masked) &nbsp; "
             f"<span style='background:{probability_colour(0.3)}'>&nbsp;&nbsp;&nbsp;&nbsp;</span> after your settings "
             "(colour as in the text) &nbsp; "
             f"<span style='background:{MASKED_COLOUR}'>&nbsp;&nbsp;&nbsp;&nbsp;</span> masked"
@@ -112,7 +114,7 @@ class DistributionChart(QWidget):
         for i, item in enumerate(self._value_items):
             if i < k:
                 text = "masked" if masked[i] else format_prob(probs[i])
-                item.setText(text, color=QColor("#8a8a8a" if masked[i] else "#303030"))
+                item.setText(text, color=QColor(MASKED_TEXT_COLOUR) if masked[i] else self._text_colour)
                 item.setPos(max(widths[i], model_probs[i]) + top * 0.01, ys[i])
                 item.setVisible(True)
             else:

@@ -29,8 +29,8 @@ PROBABILITY_BINS = (
     (0.0, "#ff8a80", "< 1%"),
 )
 TOKEN_TEXT_COLOUR = "#1b1b1b"  # dark text on every (light) bin colour, whatever the theme
-PROMPT_COLOUR = "#7a7a7a"
-NOTE_COLOUR = "#9a6a00"
+PROMPT_COLOUR = "#8c8c8c"  # mid grey: reads on the light and the dark theme
+NOTE_COLOUR = "#b8860b"
 
 
 def probability_colour(prob: float) -> str:
@@ -41,12 +41,17 @@ def probability_colour(prob: float) -> str:
 
 
 def format_prob(p: float) -> str:
-    """A probability as a percentage with two significant digits below 10% (an untrained
-    model's tokens sit near 0.002%, which '.1%' would show as a useless 0.0%)."""
+    """A probability as a percentage: one decimal from 1% up, two significant digits below
+    (an untrained model's tokens sit near 0.002%, which '.1%' would show as 0.0%), and
+    enough digits near 100% that 99.96% does not read as a certain 100.0%."""
     pct = 100.0 * float(p)
-    if pct >= 10 or pct == 0:
-        return f"{pct:.1f}%"
-    return f"{pct:.2g}%"
+    if pct == 0 or pct == 100:
+        return f"{pct:.0f}%"
+    if pct < 1:
+        return f"{pct:.2g}%"
+    if pct > 99.9:
+        return f"{min(pct, 99.999):.3f}%"
+    return f"{pct:.1f}%"
 
 
 def visible_token(text: str) -> str:

@@ -14,7 +14,7 @@ from PySide6.QtGui import QTextCursor
 
 from explorer.controllers.generation import LOGITS_KEY, GenerationPane
 from explorer.panels.sampling_controls import top_k_ladder
-from explorer.panels.token_stream import probability_colour
+from explorer.panels.token_stream import format_prob, probability_colour
 from gptcore.generation import generate
 from gptcore.sampling import check_settings
 
@@ -168,7 +168,7 @@ def test_top_k_and_top_p_mask_the_tail_with_a_note(qtbot, pane):
     np.testing.assert_allclose(bars[:5], kept / kept.sum(), rtol=1e-5)
     assert (bars[5:] == 0).all() and pane.view.chart.masked_rows()[5:].all()
     masked_mass = 1.0 - kept.sum()
-    assert f"masked: {vocab - 5:,} tokens, {masked_mass:.1%}" in pane.view.chart.note.text()
+    assert f"masked: {vocab - 5:,} tokens, {format_prob(masked_mass)}" in pane.view.chart.note.text()
     pane.view.set_settings(top_k=None, top_p=0.5)
     p = softmax(logits)
     order = np.argsort(-p)
@@ -276,3 +276,32 @@ def test_set_prompt_generates_then_signals_ready(qtbot, panel_context):
     assert widget.last_run is not None and widget.last_run.end_reason == "done"
     assert len(widget.view.stream.tokens()) == widget.last_run.produced > 0
     assert widget.view.chart.bar_labels()
+
+
+def test_screenshot_mode_renders_the_streamed_text(tmp_path):
+    """`python -m explorer --screenshot` on the generation pane: the PNG shows the prompt's
+    bars and the continuation generated for `--prompt` (its tokens' highlight colour)."""
+    import subprocess
+    import sys
+
+    import transformers
+    from PySide6.QtGui import QColor, QImage
+
+    folder = tmp_path / "tiny-gpt2"
+    config = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=128, vocab_size=50257)
+    transformers.GPT2LMHeadModel(config).save_pretrained(folder)
+    out = tmp_path / "generation.png"
+    done = subprocess.run(
+        [sys.executable, "-m", "explorer", "--screenshot", str(out), "--panel", "generation",
+         "--prompt", "Alan Turing was a", "--model", str(folder), "--size", "1100x700"],
+        capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "panel generation" in done.stdout
+    image = QImage(str(out))
+    assert (image.width(), image.height()) == (1100, 700)
+    # An untrained model draws every token with p < 1%: that bin's colour marks streamed text.
+    # Count it in the left half only (the bars are on the right); the legend swatch alone is < 1000 px.
+    target = QColor(probability_colour(0.0)).rgb()
+    highlighted = sum(1 for y in range(0, image.height(), 2) for x in range(0, image.width() // 2, 2)
+                      if image.pixel(x, y) == target)
+    assert highlighted * 4 > 5000
