@@ -22,6 +22,7 @@ LOG_MAX_BYTES = 1_000_000
 LOG_BACKUPS = 3
 LOAD_TIMEOUT_S = 600
 READY_TIMEOUT_S = 120
+QUIT_WAIT_MS = 800  # cooperative tasks stop within one step (~40 ms on GPT-2 small); slower ones are abandoned
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -56,8 +57,28 @@ def log_dir() -> Path:
     return Path(platformdirs.user_log_dir("gpt-explorer", appauthor=False))
 
 
+_HANDLERS: list[logging.Handler] = []
+
+
+class _OneLineFormatter(logging.Formatter):
+    """For the console: the message only; tracebacks go to the log file."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"gpt-explorer: {record.getMessage()}"
+
+
+def teardown_logging() -> None:
+    """Remove (and close) the handlers setup_logging added."""
+    root = logging.getLogger("explorer")
+    while _HANDLERS:
+        handler = _HANDLERS.pop()
+        root.removeHandler(handler)
+        handler.close()
+
+
 def setup_logging() -> Path | None:
     """A rotating log file in the user's standard log directory (size-capped), plus stderr."""
+    teardown_logging()
     root = logging.getLogger("explorer")
     root.setLevel(logging.INFO)
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -70,12 +91,14 @@ def setup_logging() -> Path | None:
                                                        encoding="utf-8")
         handler.setFormatter(fmt)
         root.addHandler(handler)
+        _HANDLERS.append(handler)
     except OSError as exc:  # a read-only home must not stop the app
         print(f"gpt-explorer: cannot write a log file ({exc}); logging to stderr only", file=sys.stderr)
     console = logging.StreamHandler(sys.stderr)
     console.setLevel(logging.WARNING)
-    console.setFormatter(fmt)
+    console.setFormatter(_OneLineFormatter())
     root.addHandler(console)
+    _HANDLERS.append(console)
     return path
 
 
@@ -212,7 +235,10 @@ def main(argv=None) -> int:
 
 def _finish(runner, code: int) -> int:
     """Wait briefly for background work; a task stuck in I/O must not keep the process alive."""
-    if runner.wait_all(1500):
+    t0 = time.perf_counter()
+    drained = runner.wait_all(QUIT_WAIT_MS)
+    log.info("quit: background work %s after %.2f s", "drained" if drained else "abandoned", time.perf_counter() - t0)
+    if drained:
         logging.shutdown()
         return code
     log.warning("exiting with background work still running (it ignored cancellation)")

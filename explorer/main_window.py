@@ -79,7 +79,7 @@ class MainWindow(QMainWindow):
         self.errors_shown: list[tuple[str, str]] = []  # (title, message) of every error reported
         self._error_box: QMessageBox | None = None
         self._progress: QProgressDialog | None = None
-        self._shown_version = -1
+        self._shown_version = -2  # never a real version: the first refresh always draws
         self.ctx = PanelContext(session=session, runner=runner, window=self, prompt=prompt)
         self.setWindowTitle("GPT Explorer")
         self.setWindowIcon(theme.icon("app"))
@@ -152,23 +152,23 @@ class MainWindow(QMainWindow):
             file_menu, "Load &GPT-2 small…", lambda: self.load_model("gpt2"), "Ctrl+L", "download",
             "Load the real GPT-2 small weights (from the cache, or download them once)")
         self.actions["open_file"] = self._action(
-            file_menu, "&Open checkpoint file…", self._open_file, QKeySequence.StandardKey.Open, "open",
+            file_menu, "&Open checkpoint file…", self._open_file, "Ctrl+O", "open",
             ".safetensors, nanoGPT ckpt.pt or pytorch_model.bin")
         self.actions["open_folder"] = self._action(
             file_menu, "Open checkpoint &folder…", self._open_folder, "Ctrl+Shift+O", "open",
             "A Hugging Face model folder (config.json + weights)")
         self.actions["new_model"] = self._action(
-            file_menu, "&New model from config", self.new_model_from_config, QKeySequence.StandardKey.New, "build",
+            file_menu, "&New model from config", self.new_model_from_config, "Ctrl+N", "build",
             "Edit a config in the Config panel and build it")
         file_menu.addSeparator()
-        self.actions["quit"] = self._action(file_menu, "&Quit", self.close, QKeySequence.StandardKey.Quit)
+        self.actions["quit"] = self._action(file_menu, "&Quit", self.close, "Ctrl+Q")
         view_menu = bar.addMenu("&View")
         for spec in PANELS:
             self.actions[f"panel_{spec.name}"] = self._action(
                 view_menu, spec.title, lambda _=False, n=spec.name: self.show_panel(n), spec.shortcut)
         help_menu = bar.addMenu("&Help")
         self.actions["about"] = self._action(help_menu, "&About GPT Explorer", self.show_about,
-                                             QKeySequence.StandardKey.HelpContents, "about")
+                                             "F1", "about")
 
     # -- panels --------------------------------------------------------------------------------
     def panel(self, name: str, create: bool = True) -> QWidget | None:

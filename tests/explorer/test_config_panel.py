@@ -1,0 +1,172 @@
+"""Config & parameters panel: live closed-form readout, tie toggle, invalid input, Build."""
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import QSettings
+
+from explorer.controllers.config import ConfigPage
+from explorer.main_window import MainWindow
+from gptcore.config import GPTConfig
+from gptcore.params import count_parameters
+
+TINY_BUILD = dict(vocab_size=50257, block_size=32, n_layer=1, n_head=2, n_embd=32)
+
+
+@pytest.fixture
+def page(qtbot, panel_context):
+    p = ConfigPage(panel_context)
+    qtbot.addWidget(p)
+    return p
+
+
+def _total_shown(page) -> int:
+    text = page.view.total_label.text()  # "3.27M parameters  (3,268,736)"
+    return int(text.split("(")[1].rstrip(")").replace(",", ""))
+
+
+def _form_config(page) -> GPTConfig:
+    return GPTConfig(**page.view.values())
+
+
+def test_panel_starts_with_the_loaded_models_config(page, tiny_session):
+    assert page.view.values() == tiny_session.model.config.to_dict()
+    assert _total_shown(page) == tiny_session.info.n_params == count_parameters(tiny_session.model.config).total
+    assert "tiny (test)" in page.view.loaded_label.text()
+
+
+def test_editing_n_layer_and_n_embd_updates_the_readout(page):
+    view = page.view
+    view.inputs["n_layer"].setValue(5)
+    assert _total_shown(page) == count_parameters(_form_config(page)).total
+    view.inputs["n_embd"].setValue(96)
+    cfg = _form_config(page)
+    assert (cfg.n_layer, cfg.n_embd) == (5, 96)
+    count = count_parameters(cfg)
+    assert _total_shown(page) == count.total
+    # the component table agrees row by row, and its last row is the total
+    table = view.table
+    for row, comp in enumerate(count.by_component.values()):
+        assert table.item(row, 0).text() == comp.name
+        assert table.item(row, 2).text() == f"{comp.total:,}"
+    assert table.item(table.rowCount() - 1, 2).text() == f"{count.total:,}"
+    assert view.figure_labels["nanogpt"].text() == f"{count.non_embedding:,}"
+    # the chart's bars are the components' shares of the total
+    widths = view.bars.opts["width"]
+    assert sum(widths) == pytest.approx(100.0)
+    assert view.preset.currentText() == "custom"
+
+
+def test_toggling_tie_changes_the_total_by_vocab_times_n_embd(page):
+    view = page.view
+    tied = _total_shown(page)
+    assert view.figure_labels["tied_note"].text() == "← this config"
+    view.inputs["tie_weights"].setChecked(False)
+    untied = _total_shown(page)
+    cfg = _form_config(page)
+    assert untied - tied == cfg.vocab_size * cfg.n_embd
+    assert view.figure_labels["difference"].text() == f"{cfg.vocab_size * cfg.n_embd:,}"
+    assert view.figure_labels["untied_note"].text() == "← this config"
+    assert view.figure_labels["tied"].text() == f"{tied:,}" and view.figure_labels["untied"].text() == f"{untied:,}"
+
+
+def test_preset_box_fills_the_form(page):
+    view = page.view
+    view.preset.setCurrentText("gpt2-medium")
+    view.presetChosen.emit("gpt2-medium")
+    assert page.view.values() == GPTConfig.preset("gpt2-medium").to_dict()
+    assert _total_shown(page) == count_parameters(GPTConfig.preset("gpt2-medium")).total == 354_823_168
+    assert view.preset.currentText() == "gpt2-medium"
+
+
+def test_fault_invalid_n_head_shows_the_message_and_keeps_the_last_readout(page):
+    view = page.view
+    before = _total_shown(page)
+    view.inputs["n_head"].setValue(5)  # 64 is not divisible by 5
+    assert view.error_label.isVisibleTo(page)
+    assert "n_head" in view.error_label.text() and "not divisible" in view.error_label.text()
+    assert view.inputs["n_head"].property("invalid") is True
+    assert "not divisible" in view.inputs["n_head"].toolTip()
+    assert _total_shown(page) == before  # last valid readout kept
+    assert not view.build_button.isEnabled()
+    view.inputs["n_head"].setValue(8)  # valid again: message gone, readout live
+    assert not view.error_label.isVisibleTo(page) and view.inputs["n_head"].property("invalid") is False
+    assert view.build_button.isEnabled()
+    assert _total_shown(page) == count_parameters(_form_config(page)).total
+
+
+def test_fault_other_bad_values_name_their_field(page):
+    view = page.view
+    view.inputs["layer_norm_eps"].setText("abc")
+    view.inputs["layer_norm_eps"].textEdited.emit("abc")
+    assert "layer_norm_eps" in view.error_label.text()
+    view.inputs["layer_norm_eps"].setText("1e-5")
+    view.inputs["layer_norm_eps"].textEdited.emit("1e-5")
+    view.inputs["n_layer"].setValue(0)
+    assert "n_layer" in view.error_label.text() and "positive" in view.error_label.text()
+    assert view.inputs["n_layer"].property("invalid") is True
+
+
+@pytest.fixture
+def window(qtbot, tiny_session, runner, tmp_path):
+    w = MainWindow(tiny_session, runner, settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(w)
+    w.show()
+    return w
+
+
+def _set_form(view, values: dict) -> None:
+    for name, value in values.items():
+        view.inputs[name].setValue(value)
+
+
+def test_building_a_tiny_model_swaps_it_in_and_updates_the_status_bar(qtbot, window, tiny_session):
+    page = window.show_panel("config")
+    view = page.view
+    _set_form(view, TINY_BUILD)
+    view.init_scheme.setCurrentText("xavier-normal")
+    old_model, version = tiny_session.model, tiny_session.version
+    with qtbot.waitSignal(window.modelChanged, timeout=30000):
+        view.build_button.click()
+    expected = count_parameters(GPTConfig(**TINY_BUILD)).total
+    assert tiny_session.version == version + 1 and tiny_session.model is not old_model
+    assert tiny_session.model.config == GPTConfig(**TINY_BUILD)
+    assert tiny_session.info.n_params == expected
+    assert window.status_labels["params"].toolTip().startswith(f"{expected:,} parameters")
+    assert "xavier-normal" in window.status_labels["model"].text()
+    assert window.status_labels["trained"].text() == "UNTRAINED"
+    assert "Built" in view.build_status.text() and f"{expected:,}" in view.build_status.text()
+    assert view.values() == GPTConfig(**TINY_BUILD).to_dict()  # the panel shows the new model's config
+
+
+def test_fault_build_refused_over_memory_with_the_estimate(qtbot, window, tiny_session):
+    view = window.show_panel("config").view
+    _set_form(view, dict(n_layer=512, n_embd=16384, n_head=64))
+    before, version = tiny_session.model, tiny_session.version
+    view.build_button.click()
+    text = view.build_status.text()
+    assert text.startswith("Not built") and "TiB" in text and "smaller" in text
+    assert not window.runner.busy and tiny_session.model is before and tiny_session.version == version
+
+
+def test_fault_cuda_oom_during_build_suggests_cpu_or_a_smaller_model(qtbot, window, tiny_session, monkeypatch):
+    import torch
+
+    import gptcore.init
+
+    def oom(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(gptcore.init, "init_weights", oom)
+    view = window.show_panel("config").view
+    _set_form(view, TINY_BUILD)
+    before = tiny_session.model
+    view.build_button.click()
+    qtbot.waitUntil(lambda: window.error_dialog is not None, timeout=30000)
+    message = window.error_dialog.text()
+    assert window.error_dialog.windowTitle() == "Out of GPU memory"
+    assert "--device cpu" in message and "smaller model" in message
+    assert tiny_session.model is before
+    assert "Not built" in view.build_status.text()
+    view.inputs["n_layer"].setValue(3)  # still responsive
+    assert _total_shown(window.panel("config")) == count_parameters(GPTConfig(**{**TINY_BUILD, "n_layer": 3})).total
+    window.error_dialog.close()
