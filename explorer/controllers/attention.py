@@ -203,6 +203,8 @@ class AttentionView(QWidget):
         return self.controller.result is not None
 
     def set_prompt(self, text: str) -> None:
+        if text == self.panel.prompt_text():
+            return  # already shown or on its way (the edit that set it started the debounce)
         self.panel.set_prompt_text(text)
         self.controller.request()  # no need to wait for the debounce: this is not typing
 
