@@ -1,9 +1,13 @@
 """`load(source)`: any GPT-2-family checkpoint into our GPT — hub id, HF folder, lone safetensors
 file or nanoGPT ckpt.pt — safely, fast, and with an honest account of what was loaded.
 
-Fast: the module is built on the meta device (no init spent on weights that are overwritten),
-the file is memory-mapped, and each tensor is copied exactly once, straight into the requested
-dtype on the requested device (so a bf16 GPU load never holds an fp32 copy of the model).
+Fast: the module is built on the meta device (no init spent on weights that are overwritten) and
+the file is memory-mapped. A safetensors file loaded in its own dtype on the CPU is used in place,
+without any copy (HF's Conv1D matrices become transposed views, which F.linear reads at full speed),
+as transformers' from_pretrained does. Otherwise each tensor is copied exactly once, straight into
+the requested dtype on the requested device (a bf16 GPU load never holds an fp32 copy). Torch
+pickles (ckpt.pt, pytorch_model.bin) are always copied: training scripts rewrite them in place,
+which would change, or crash, a model still mapped onto the file.
 Safe: see checkpoints.py (no code runs from a file). Honest: every problem is a LoadError naming
 the file and the fix, raised before anything is returned, so there is never a half-loaded model.
 Weights holding NaN/Inf are refused, with the tensors named: a model with them outputs NaN for
@@ -16,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
@@ -140,6 +145,7 @@ class _Raw:
     name: str
     warnings: list[str]
     config_origin: str  # says where the config came from, for mismatch messages
+    detach: bool = False  # copy even when the mapped tensor could be used in place
 
 
 def load(source, *, device=None, dtype=None, progress: ProgressFn | None = None, n_head: int | None = None,
@@ -222,6 +228,7 @@ def _display_name(path: Path) -> str:
 def _read_hf_folder(folder: Path, n_head, safetensors_only: bool = False) -> _Raw:
     config_path = folder / "config.json"
     config, warnings = _config_from_hf_json(config_path, read_json(config_path))
+    detach = False
     if n_head is not None and n_head != config.n_head:
         raise LoadError(f"n_head={n_head} was given but {config_path} says n_head={config.n_head}; "
                         f"leave n_head out (it is only for files without a config)")
@@ -233,17 +240,17 @@ def _read_hf_folder(folder: Path, n_head, safetensors_only: bool = False) -> _Ra
         state = read_sharded_index(weights, read_safetensors)
     elif not safetensors_only and (folder / "pytorch_model.bin").is_file():
         weights, fmt = folder / "pytorch_model.bin", "pytorch_model.bin"
-        state = tensors_only(weights, read_torch(weights))
+        state, detach = tensors_only(weights, read_torch(weights)), True
     elif not safetensors_only and (folder / "pytorch_model.bin.index.json").is_file():
         weights, fmt = folder / "pytorch_model.bin.index.json", "sharded pytorch_model.bin"
-        state = read_sharded_index(weights, lambda p: tensors_only(p, read_torch(p)))
+        state, detach = read_sharded_index(weights, lambda p: tensors_only(p, read_torch(p))), True
     else:
         allowed = "model.safetensors or model.safetensors.index.json"
         if not safetensors_only:
             allowed += " or pytorch_model.bin"
         raise LoadError(f"{folder} has config.json but no weights: expected {allowed} next to it "
                         f"(an interrupted download? download it again)")
-    return _Raw(state, config, weights, fmt, folder.name, warnings, f"{config_path.name}")
+    return _Raw(state, config, weights, fmt, folder.name, warnings, config_path.name, detach)
 
 
 _HF_REQUIRED = ("vocab_size", "n_positions", "n_layer", "n_head", "n_embd")
@@ -287,7 +294,7 @@ def _read_torch_file(path: Path, n_head) -> _Raw:
     state = tensors_only(path, obj)
     config, warnings = _infer(path, state, n_head)
     return _Raw(state, config, path, "torch state dict (config from shapes)", _display_name(path), warnings,
-                "tensor shapes")
+                "tensor shapes", detach=True)
 
 
 def _read_nanogpt(path: Path, ckpt: dict, n_head) -> _Raw:
@@ -311,7 +318,7 @@ def _read_nanogpt(path: Path, ckpt: dict, n_head) -> _Raw:
     if (path.parent / "meta.pkl").exists() and config.vocab_size >= GPT2_VOCAB:
         warnings.append("meta.pkl next to the checkpoint was not read (pickle files can run code); "
                         "the GPT-2 tokenizer is used")
-    return _Raw(state, config, path, "nanoGPT ckpt", _display_name(path), warnings, "model_args")
+    return _Raw(state, config, path, "nanoGPT ckpt", _display_name(path), warnings, "model_args", detach=True)
 
 
 def _infer(path: Path, state: dict, n_head) -> tuple[GPTConfig, list[str]]:
@@ -361,7 +368,7 @@ def _build(raw: _Raw, device: torch.device, dtype: torch.dtype, progress, cancel
                             f"tokenizer will produce ids this model has no embedding for (a character-level "
                             f"model? its own vocabulary is not loaded)")
     names = [k for k in expected if not (config.tie_weights and k == "unembed.weight")]
-    weights = _copy_weights(raw, ours, names, device, dtype, progress, cancel)
+    weights = _take_weights(raw, ours, names, device, dtype, progress, cancel)
     model.load_state_dict(weights, strict=False, assign=True)
     model.tie_weights()
     leftover = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
@@ -389,13 +396,10 @@ def _empty_model(config: GPTConfig) -> GPT:
         return GPT(config, init=None)
 
 
-def _copy_weights(raw: _Raw, ours: dict, names: list[str], device, dtype, progress, cancel) -> dict:
-    """The one copy: each mapped tensor straight into a fresh tensor of `dtype` on `device`.
-
-    The copy is what makes the model independent of the file (a nanoGPT run rewriting ckpt.pt
-    under a mapped model would otherwise change or crash it). Non-finite values are counted on the
-    way; NaN/Inf is refused, naming the tensors, before a model exists.
-    """
+def _take_weights(raw: _Raw, ours: dict, names: list[str], device, dtype, progress, cancel) -> dict:
+    """Each tensor as the model will hold it: the mapped tensor itself when nothing needs changing
+    (and the file may stay mapped), else one copy, straight into `dtype` on `device`. Non-finite
+    values are counted on the way; NaN/Inf is refused, naming the tensors, before a model exists."""
     itemsize = dtype_bytes(dtype)
     total = sum(ours[k].numel() for k in names) * itemsize
     done, out, bad = 0, {}, []
@@ -405,9 +409,12 @@ def _copy_weights(raw: _Raw, ours: dict, names: list[str], device, dtype, progre
         if not src.is_floating_point():
             raise LoadError(f"{raw.path}: tensor {key} holds {src.dtype}, not floating-point weights; "
                             f"the file is damaged or not a GPT-2 checkpoint")
-        dst = torch.empty(src.shape, dtype=dtype, device=device)
-        dst.copy_(src)  # one pass: dtype cast, Conv1D transpose and host->device together
-        if not torch.isfinite(dst.sum(dtype=torch.float32)):  # cheap screen; NaN/Inf always reach the sum
+        if not raw.detach and src.dtype == dtype and src.device == device:
+            dst = src
+        else:
+            dst = torch.empty(src.shape, dtype=dtype, device=device)
+            dst.copy_(src)  # one pass: dtype cast, Conv1D transpose and host->device together
+        if _may_hold_non_finite(dst):
             n_bad = int((~torch.isfinite(dst)).sum())
             if n_bad:
                 bad.append((key, n_bad, dst.numel(), bool(torch.isfinite(src).all())))
@@ -418,6 +425,22 @@ def _copy_weights(raw: _Raw, ours: dict, names: list[str], device, dtype, progre
     if bad:
         raise _non_finite_error(raw.path, bad, dtype)
     return out
+
+
+def _may_hold_non_finite(t: torch.Tensor) -> bool:
+    """A cheap screen (never a false "no"): NaN and Inf always reach a sum, though a finite sum may
+    also overflow, so a "yes" is confirmed element-wise by the caller. On the CPU numpy reduces,
+    single-threaded: torch would wake its thread pool for each of ~150 tensors, which on a busy
+    machine costs ten times more than the arithmetic."""
+    if t.dim() == 2 and not t.is_contiguous() and t.t().is_contiguous():
+        t = t.t()  # a Conv1D view: the same elements, in storage order
+    if t.device.type == "cpu" and t.is_contiguous():
+        if t.dtype == torch.bfloat16:  # no bf16 in numpy: all-ones exponent bits mean NaN/Inf
+            bits = t.view(torch.int16).numpy()
+            return bool(np.any((bits & 0x7F80) == 0x7F80))
+        with np.errstate(all="ignore"):
+            return not np.isfinite(np.add.reduce(t.numpy(), axis=None))
+    return not bool(torch.isfinite(t.sum()))
 
 
 def _non_finite_error(path: Path, bad: list, dtype: torch.dtype) -> LoadError:

@@ -122,6 +122,19 @@ def test_nanogpt_checkpoint(hf_tiny, tokens, tmp_path):
         assert_same_logits(model, hf_tiny, tokens)
 
 
+def test_model_from_ckpt_pt_survives_the_file_being_rewritten(hf_tiny, tokens, tmp_path):
+    """nanoGPT rewrites ckpt.pt in place during training; the loaded model must not follow the file."""
+    args = dict(n_layer=2, n_head=4, n_embd=64, block_size=32, bias=True, vocab_size=500)
+    path = tmp_path / "ckpt.pt"
+    torch.save({"model": hf_state_as_nanogpt(hf_tiny), "model_args": args}, path)
+    model, _ = load(path)
+    with torch.no_grad():
+        before = model(tokens)
+    torch.save({"model": hf_state_as_nanogpt(hf_model(seed=9)), "model_args": args}, path)
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens), before, atol=0, rtol=0)
+
+
 def test_nanogpt_meta_pkl_is_never_unpickled(hf_tiny, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -334,6 +347,20 @@ def test_hub_snapshot_with_only_pickled_weights_is_not_used(hf_tiny, tmp_path, o
     assert not is_hub_cached("gpt2")
     with pytest.raises(LoadError, match="not cached"):
         load("gpt2")
+
+
+def test_download_progress_bridge_reports_bytes_and_cancels():
+    from gptcore.hub import _progress_bar_class
+
+    calls, stop = [], []
+    bar_class = _progress_bar_class(lambda *a: calls.append(a), lambda: bool(stop), "downloading model.safetensors")
+    with bar_class(total=1000, initial=100, unit="B", desc="model.safetensors") as bar:  # as huggingface_hub builds it
+        bar.update(400)
+        bar.update(500)
+        stop.append(True)
+        with pytest.raises(LoadCancelled):
+            bar.update(1)
+    assert calls == [(500, 1000, "downloading model.safetensors"), (1000, 1000, "downloading model.safetensors")]
 
 
 # -- the command line ----------------------------------------------------------------------------
