@@ -36,6 +36,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--panel", choices=panel_names(), help="panel to show first")
     p.add_argument("--prompt", help="initial prompt for the panels that take one")
     p.add_argument("--screenshot", metavar="OUT.png", help="render --panel offscreen into a PNG and exit")
+    p.add_argument("--theme", default="system", choices=["system", "light", "dark"],
+                   help="colours: follow the system (default) or force light/dark")
     p.add_argument("--size", default="1280x820", metavar="WxH", help="window size (default 1280x820)")
     p.add_argument("--exit-after-paint", action="store_true", help=argparse.SUPPRESS)  # launch-time measurement
     args = p.parse_args(argv)
@@ -185,7 +187,7 @@ def main(argv=None) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("GPT Explorer")
     app.setOrganizationName("gpt-explorer")
-    theme.apply_theme(app)
+    theme.apply_theme(app, None if args.theme == "system" else args.theme)
     if args.device == "cuda":  # only an explicit request pays for importing torch before the first paint
         from .session import resolve_device
 

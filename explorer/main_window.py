@@ -298,8 +298,7 @@ class MainWindow(QMainWindow):
             self.cancel_button.hide()
             self.set_activity("")
             self._refresh_if_swapped()
-            if self.session is not None and self.session.has_model:
-                self.show_message(f"Model: {self.session.info.name}", 5000)
+            self.show_message("")
 
         self.runner.submit(MODEL_TASK, fn, on_result=on_result or (lambda _info: self.notify_model_changed()),
                            on_error=on_error or report, on_progress=lambda d, t, m: self._show_progress(title, d, t, m),

@@ -229,12 +229,13 @@ class Session:
         from gptcore.hub import is_hub_cached
 
         if not is_hub_cached(DEFAULT_SOURCE):
-            reason = "its weights are not in the local Hugging Face cache"
+            reason = "is not in the local Hugging Face cache"
         else:
             try:
                 return self.load(DEFAULT_SOURCE, progress=progress, cancel=cancel)
             except Exception as exc:  # noqa: BLE001 - any reason (cancelled, corrupt cache) -> fallback
-                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                reason = f"could not be loaded from the cache ({first})"
         note = f"UNTRAINED — random weights (gpt2 init), not GPT-2's: GPT-2 small {reason}. {UNTRAINED_HOW_TO}"
         return self.build(GPTConfig.preset("gpt2").to_dict(), "gpt2", seed=0, progress=progress,
                           name="GPT-2 small shape, random init", note=note)
@@ -290,6 +291,62 @@ class Session:
 
 
     # --- residual ---
+    # Thin wrappers over gptcore.probes.residual / gradients. The probes build their own
+    # throw-away model per request (re-initialised per scheme and seed), so only reading
+    # the config and the loaded model's own curve need the lock.
+    def probe_config(self, overrides: dict | None = None) -> GPTConfig:
+        """The current model's config with `overrides` applied (a full config dict works too)."""
+        base = self.model.config.to_dict() if self.model is not None else GPTConfig().to_dict()
+        return GPTConfig.from_dict({**base, **(overrides or {})})
+
+    def residual_norms(self, config: dict | None = None, schemes=None, seeds=(0, 1, 2), batch: int = 4,
+                       length: int = 64, metric: str = "l2", tokens=None, progress: ProgressFn | None = None,
+                       cancel=None, with_model: bool = True) -> "ResidualResult":
+        """Residual norm per layer boundary for each scheme (mean and spread over `seeds`),
+        plus the loaded model's own curve on the same prompts when it is trained."""
+        import time
+
+        from gptcore.init import INIT_SCHEMES
+        from gptcore.probes.residual import residual_norms
+
+        cfg = self.probe_config(config)
+        started = time.perf_counter()
+        curves = residual_norms(cfg, schemes=schemes or INIT_SCHEMES, seeds=seeds, batch=batch, length=length,
+                                metric=metric, tokens=tokens, device=self.device, progress=progress, cancel=cancel)
+        elapsed = time.perf_counter() - started
+        ref = self.model_residual_curve(batch, length, curves.seeds[0], metric, tokens) if with_model else None
+        return ResidualResult(curves=curves, reference=None if ref is None else ref.y,
+                              reference_name="" if ref is None else ref.name,
+                              version=self.version if ref is None else ref.version, elapsed_s=elapsed)
+
+    def model_residual_curve(self, batch: int = 4, length: int = 64, seed: int = 0, metric: str = "l2",
+                             tokens=None) -> "ReferenceCurve | None":
+        """The loaded model's own norm curve on the sweep's prompts (seed's random ids or
+        `tokens`); None unless a trained model is loaded (random weights are the sweep's job)."""
+        from gptcore.probes.residual import boundary_axis, model_residual_norms
+
+        with self.lock:
+            model, info, version = self.model, self.info, self.version
+            if model is None or not info.trained:
+                return None
+            y = model_residual_norms(model, tokens=tokens, batch=batch, length=length, seed=seed, metric=metric)
+        x, _labels = boundary_axis(model.config.n_layer)
+        return ReferenceCurve(x=x, y=y, name=info.name, version=version)
+
+    def gradient_flow(self, config: dict | None = None, schemes=None, seeds=(0, 1, 2), batch: int = 4,
+                      length: int = 64, quantity: str = "params", tokens=None, progress: ProgressFn | None = None,
+                      cancel=None) -> "GradientResult":
+        """Per-block gradient norm of the LM loss on random targets, for each scheme."""
+        import time
+
+        from gptcore.init import INIT_SCHEMES
+        from gptcore.probes.gradients import gradient_flow
+
+        cfg = self.probe_config(config)
+        started = time.perf_counter()
+        curves = gradient_flow(cfg, schemes=schemes or INIT_SCHEMES, seeds=seeds, batch=batch, length=length,
+                               quantity=quantity, tokens=tokens, device=self.device, progress=progress, cancel=cancel)
+        return GradientResult(curves=curves, version=self.version, elapsed_s=time.perf_counter() - started)
 
     # --- generation ---
     # Thin wrappers over gptcore.generation / gptcore.sampling. The pane runs ONE forward
@@ -385,6 +442,31 @@ class Session:
             alternatives = tuple((tok.token_str(t), p) for t, p in step.alternatives)
             yield GeneratedToken(token=step.token, text=text, prob=step.prob, alternatives=alternatives,
                                  position=step.position)
+
+
+# --- residual results ---
+@dataclass(frozen=True)
+class ResidualResult:
+    curves: object  # gptcore.probes.residual.Curves: numpy (S, K, P) values, x, labels, schemes, seeds
+    reference: np.ndarray | None  # (P',) the loaded trained model's own curve, or None
+    reference_name: str  # the model it was measured on ("" without one)
+    version: int  # Session.version when measured
+    elapsed_s: float  # seconds the scheme × seed sweep took
+
+
+@dataclass(frozen=True)
+class ReferenceCurve:
+    x: np.ndarray  # (P,) layer-boundary positions of the loaded model
+    y: np.ndarray  # (P,) its norms
+    name: str
+    version: int
+
+
+@dataclass(frozen=True)
+class GradientResult:
+    curves: object  # gptcore.probes.residual.Curves with quantity "grad-params" / "grad-stream"
+    version: int
+    elapsed_s: float
 
 
 # --- generation results ---

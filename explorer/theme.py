@@ -9,7 +9,7 @@ import functools
 from importlib import resources
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QGuiApplication, QIcon, QPalette, QPixmap
+from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPalette, QPixmap
 
 RESOURCES = "resources"
 
@@ -46,11 +46,33 @@ def is_dark(app: QGuiApplication | None = None) -> bool:
     return app.palette().color(QPalette.ColorRole.Window).lightness() < 128
 
 
-def apply_theme(app: QGuiApplication) -> str:
-    """Install the light or dark stylesheet and matching pyqtgraph colours; returns which."""
+def _dark_palette() -> QPalette:
+    p = QPalette()
+    colours = {
+        QPalette.ColorRole.Window: "#2b2d31", QPalette.ColorRole.WindowText: "#e6e6e6",
+        QPalette.ColorRole.Base: "#1f2024", QPalette.ColorRole.AlternateBase: "#2b2d31",
+        QPalette.ColorRole.Text: "#e6e6e6", QPalette.ColorRole.Button: "#34363c",
+        QPalette.ColorRole.ButtonText: "#e6e6e6", QPalette.ColorRole.Highlight: "#3d6fb6",
+        QPalette.ColorRole.HighlightedText: "#ffffff", QPalette.ColorRole.ToolTipBase: "#34363c",
+        QPalette.ColorRole.ToolTipText: "#e6e6e6", QPalette.ColorRole.Link: "#8ab4f8",
+        QPalette.ColorRole.PlaceholderText: "#8a8f98", QPalette.ColorRole.Mid: "#4a4f57",
+    }
+    for role, colour in colours.items():
+        p.setColor(role, QColor(colour))
+    return p
+
+
+def apply_theme(app: QGuiApplication, force: str | None = None) -> str:
+    """Install the light or dark stylesheet and matching pyqtgraph colours; returns which.
+
+    `force` ("light"/"dark") overrides the system, with a matching Fusion palette (used for
+    `--theme` and for screenshots of both looks)."""
     import pyqtgraph as pg
 
-    dark = is_dark(app)
+    if force in ("light", "dark"):
+        app.setStyle("Fusion")
+        app.setPalette(_dark_palette() if force == "dark" else app.style().standardPalette())
+    dark = force == "dark" or (force not in ("light", "dark") and is_dark(app))
     app.setStyleSheet(read_text("style_dark.qss" if dark else "style_light.qss"))
     palette = app.palette()
     pg.setConfigOptions(

@@ -64,6 +64,11 @@ class CancelToken:
         return self._event.is_set()
 
 
+def _is_cancellation(exc: BaseException) -> bool:
+    """gptcore raises its own `...Cancelled` errors when a cancel() predicate turns true."""
+    return any(cls.__name__.endswith("Cancelled") for cls in type(exc).__mro__)
+
+
 @dataclass
 class _Task:
     task_id: int
@@ -74,6 +79,7 @@ class _Task:
     on_error: Callable[[BaseException], None] | None
     on_progress: Callable[[int, int, str], None] | None
     on_finished: Callable[[], None] | None
+    started: bool = False
 
 
 class _Runnable(QRunnable):
@@ -87,21 +93,33 @@ class _Runnable(QRunnable):
     def run(self) -> None:
         runner, task = self._runner, self._task
         tid = task.task_id
+        task.started = True
+
+        def emit(signal_name: str, *args) -> None:
+            # The runner may be gone if the app quit without waiting (a task that ignored its
+            # token): there is no one left to tell, so say nothing rather than raise here.
+            if shiboken6.isValid(runner):
+                try:
+                    getattr(runner, signal_name).emit(*args)
+                except RuntimeError:
+                    pass
 
         def progress(done: int, total: int, message: str = "") -> None:
-            runner._progressed.emit(tid, int(done), int(total), str(message))
+            emit("_progressed", tid, int(done), int(total), str(message))
 
         try:
             task.token.raise_if_cancelled()
             value = self._fn(task.token, progress)
         except Cancelled:
-            runner._finished.emit(tid)
+            pass
         except BaseException as exc:  # noqa: BLE001 - every failure must reach the GUI, never kill the pool
-            runner._errored.emit(tid, exc)
-            runner._finished.emit(tid)
+            if task.token.cancelled and _is_cancellation(exc):
+                pass  # a library's own "cancelled" exception after our token was set
+            else:
+                emit("_errored", tid, exc)
         else:
-            runner._resulted.emit(tid, value)
-            runner._finished.emit(tid)
+            emit("_resulted", tid, value)
+        emit("_finished", tid)
 
 
 class TaskRunner(QObject):
@@ -175,11 +193,18 @@ class TaskRunner(QObject):
         Returns False if some task ignored its token for `timeout_ms`.
         """
         self.cancel_all()
+        self._drop_queued()
         done = self._pool.waitForDone(timeout_ms)
         if not done:
             log.warning("background work still running after %d ms: %s", timeout_ms,
                         ", ".join(sorted({t.key for t in self._tasks.values()})))
         return done
+
+    def _drop_queued(self) -> None:
+        """Take tasks that never started off the queue: cancelled, they would only return."""
+        self._pool.clear()
+        for task_id in [t.task_id for t in self._tasks.values() if not t.started]:
+            self._on_finished(task_id)
 
     def active_count(self) -> int:
         """Threads of this runner's pool running a task right now."""

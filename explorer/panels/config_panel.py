@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QGridLayout, QGroupBox,
                                QHBoxLayout, QHeaderView, QLabel, QLineEdit, QProgressBar, QPushButton, QScrollArea,
                                QSizePolicy, QSpinBox, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
@@ -62,6 +62,15 @@ class ParamReadout:
     kaplan_non_embedding: int  # Kaplan et al.: total minus both embedding tables
     components: tuple[ComponentRow, ...]
     memory: tuple[tuple[str, str], ...]  # (what, formatted bytes)
+
+
+class _FitTable(QTableWidget):
+    """Asks for the height of all its rows, so the total row is not hidden when there is room."""
+
+    def sizeHint(self) -> QSize:
+        hint = super().sizeHint()
+        rows = sum(self.rowHeight(i) for i in range(self.rowCount()))
+        return QSize(hint.width(), self.horizontalHeader().height() + rows + 2 * self.frameWidth())
 
 
 def _restyle(widget: QWidget) -> None:
@@ -221,7 +230,7 @@ class ConfigPanel(QWidget):
         column.addWidget(self.memory_label)
 
         lower = QSplitter(Qt.Orientation.Vertical)
-        self.table = QTableWidget(0, 4)
+        self.table = _FitTable(0, 4)
         self.table.setHorizontalHeaderLabels(["component", "per block", "total", "share"])
         self.table.verticalHeader().hide()
         self.table.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 6)
@@ -237,14 +246,14 @@ class ConfigPanel(QWidget):
         self.chart.setMouseEnabled(x=False, y=False)
         self.chart.hideButtons()
         self.chart.setLabel("bottom", "share of all parameters (%)")
-        self.chart.setMinimumHeight(160)
+        self.chart.setMinimumHeight(140)
         self.chart.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.bars = pg.BarGraphItem(x0=[], y=[], height=0.7, width=[], brushes=[])
         self.chart.addItem(self.bars)
         self._bar_texts: list[pg.TextItem] = []
         lower.addWidget(self.chart)
-        lower.setStretchFactor(0, 3)
-        lower.setStretchFactor(1, 2)
+        lower.setStretchFactor(0, 0)  # the table gets its full height when there is room ...
+        lower.setStretchFactor(1, 1)  # ... and the chart takes the rest
         column.addWidget(lower, 1)
         return side
 
@@ -348,7 +357,8 @@ class ConfigPanel(QWidget):
         self.table.setRowCount(len(rows))
         for i, c in enumerate(rows):
             share = 100.0 * c.total / r.total if r.total else 0.0
-            cells = (c.name, f"{c.per_block:,}" if c.in_blocks else "–", f"{c.total:,}", f"{share:.1f}%")
+            name = "output head (tied: shares the token embedding)" if c.name == "output head" and r.tied else c.name
+            cells = (name, f"{c.per_block:,}" if c.in_blocks else "–", f"{c.total:,}", f"{share:.1f}%")
             for j, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 if j:
@@ -358,6 +368,7 @@ class ConfigPanel(QWidget):
                     font.setBold(True)
                     item.setFont(font)
                 self.table.setItem(i, j, item)
+        self.table.updateGeometry()  # its size hint (every row) changed
 
     def _fill_chart(self, r: ParamReadout) -> None:
         comps = [c for c in r.components]
