@@ -60,8 +60,10 @@ def _attention_factory(ctx: PanelContext):
     return AttentionView(ctx)
 
 # --- residual ---
-_residual_factory = _placeholder(
-    "Residual stream", "Norms of the residual stream layer by layer, under each initialisation.", "issue 7")
+def _residual_factory(ctx: PanelContext):
+    from .controllers.residual import ResidualView
+
+    return ResidualView(ctx)
 
 # --- generation ---
 def _generation_factory(ctx: PanelContext):

@@ -1,0 +1,212 @@
+"""Residual-stream panel: passive view, controller in a worker, exports, screenshot mode."""
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from PySide6.QtGui import QImage
+
+from explorer.controllers import residual as residual_controller
+from explorer.controllers.residual import ResidualView
+from explorer.panels.residual_panel import ResidualPanel
+from explorer.registry import PanelContext, find_panel
+from explorer.session import ModelInfo, Session
+from gptcore.init import INIT_SCHEMES
+from gptcore.model import GPT
+from gptcore.probes import residual as residual_probe
+from gptcore.probes.residual import model_residual_norms, residual_norms
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models: a second OpenMP thread only adds spin-waiting on a shared machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def small_view(qtbot, ctx, **shape) -> ResidualView:
+    view = ResidualView(ctx, autorun=False)
+    qtbot.addWidget(view)
+    p = view.panel
+    p.set_shape(shape.get("n_layer", 2), shape.get("n_embd", 64), shape.get("n_head", 4))
+    p.batch_box.setValue(2)
+    p.length_box.setValue(8)
+    p.seeds_box.setValue(shape.get("seeds", 2))
+    return view
+
+
+def run_and_wait(qtbot, view: ResidualView, timeout=60_000):
+    with qtbot.waitSignal(view.controller.drawn, timeout=timeout) as blocker:
+        view.panel.run_button.click()
+    qtbot.waitUntil(lambda: not view.controller.ctx.runner.busy, timeout=timeout)
+    return blocker.args[1]
+
+
+def synthetic(schemes, k=3, p=9):
+    rng = np.random.default_rng(0)
+    base = np.linspace(1, 5, p)
+    return np.stack([[base * (1 + s) * (1 + 0.05 * rng.standard_normal()) for _ in range(k)]
+                     for s in range(len(schemes))])
+
+
+def test_one_curve_per_enabled_scheme(qtbot):
+    panel = ResidualPanel(INIT_SCHEMES)
+    qtbot.addWidget(panel)
+    panel.set_curves("norms", np.arange(9) / 2, INIT_SCHEMES, synthetic(INIT_SCHEMES))
+    assert panel.curve_names() == list(INIT_SCHEMES)
+    assert len(panel.legend.items) == len(INIT_SCHEMES)
+    panel.scheme_boxes["xavier-normal"].setChecked(False)
+    assert panel.curve_names() == [s for s in INIT_SCHEMES if s != "xavier-normal"]
+    assert len(panel.legend.items) == len(INIT_SCHEMES) - 1
+    assert "xavier-normal" not in panel.caption.text()
+    assert panel.settings()["schemes"] == tuple(s for s in INIT_SCHEMES if s != "xavier-normal")
+    panel.scheme_boxes["xavier-normal"].setChecked(True)
+    assert len(panel.curve_names()) == len(INIT_SCHEMES)
+
+
+def test_spread_is_drawn_as_a_band_and_log_y_keeps_it(qtbot):
+    import pyqtgraph as pg
+
+    panel = ResidualPanel(("gpt2", "gpt2-unscaled"))
+    qtbot.addWidget(panel)
+    values = synthetic(("gpt2", "gpt2-unscaled"))
+    panel.set_curves("norms", np.arange(9) / 2, ("gpt2", "gpt2-unscaled"), values)
+    bands = [i for i in panel._items if isinstance(i, pg.FillBetweenItem)]
+    assert len(bands) == 2
+    lo, hi = bands[1].curves  # gpt2-unscaled's band: min and max over the seeds
+    np.testing.assert_allclose(lo.getData()[1], values[1].min(axis=0))
+    np.testing.assert_allclose(hi.getData()[1], values[1].max(axis=0))
+    panel.log_box.setChecked(True)
+    lo, hi = [i for i in panel._items if isinstance(i, pg.FillBetweenItem)][1].curves
+    np.testing.assert_allclose(hi.getData()[1], np.log10(values[1].max(axis=0)))
+    assert panel.plot.getAxis("left").logMode
+
+
+def test_view_measures_in_a_worker_and_draws_what_the_session_computes(qtbot, panel_context):
+    view = small_view(qtbot, panel_context)
+    with qtbot.waitSignal(view.dataReady, timeout=60_000):
+        result = run_and_wait(qtbot, view)
+    assert view.is_ready and view.panel.curve_names() == list(INIT_SCHEMES)
+    want = residual_norms(result.curves.config, seeds=(0, 1), batch=2, length=8)
+    np.testing.assert_allclose(result.curves.values, want.values)
+    assert result.curves.config["n_layer"] == 2 and result.reference is None  # tiny session is untrained
+    assert "12 runs (6 schemes × 2 seeds" in view.panel.status.text()
+    assert "Growth from embedding" in view.panel.caption.text()
+
+
+def test_gradient_view_with_residuals_switched_off(qtbot, panel_context):
+    view = small_view(qtbot, panel_context, n_layer=3)
+    view.panel.residual_box.setChecked(False)
+    for name in INIT_SCHEMES[2:]:
+        view.panel.scheme_boxes[name].setChecked(False)
+    with qtbot.waitSignal(view.controller.drawn, timeout=60_000) as blocker:
+        view.panel.set_view("gradients")  # a view without data runs by itself
+    qtbot.waitUntil(lambda: not panel_context.runner.busy, timeout=60_000)
+    result = blocker.args[1]
+    assert blocker.args[0] == "gradients" and result.curves.quantity == "grad-params"
+    assert result.curves.config["residual"] is False and result.curves.values.shape == (2, 2, 3)
+    assert view.panel.curve_names() == ["gpt2", "gpt2-unscaled"]
+    assert "WITHOUT residual" in view.panel.plot.getPlotItem().titleLabel.text
+    assert not view.panel.metric_box.isEnabled() and view.panel.quantity_box.isEnabled()
+
+
+def test_cancel_stops_within_one_step(qtbot, panel_context, monkeypatch):
+    steps = []
+    real_init = residual_probe.init_weights
+
+    def counting_init(model, scheme, seed):  # the real initialiser, counted
+        steps.append((scheme, seed))
+        return real_init(model, scheme, seed)
+
+    monkeypatch.setattr(residual_probe, "init_weights", counting_init)
+    view = small_view(qtbot, panel_context, n_layer=6, n_embd=128, seeds=5)
+    view.panel.run_button.click()
+    qtbot.waitUntil(lambda: view.panel.progress.value() >= 1, timeout=60_000)
+    assert view.panel.cancel_button.isEnabled()
+    view.panel.cancel_button.click()
+    started_at_cancel = len(steps)
+    qtbot.waitUntil(lambda: not panel_context.runner.busy, timeout=60_000)
+    assert len(steps) - started_at_cancel <= 1  # at most the step already under way
+    assert len(steps) < len(INIT_SCHEMES) * 5
+    assert not view.controller.results and view.panel.run_button.isEnabled()
+    assert "Cancelled" in view.panel.status.text()
+
+
+def test_trained_model_curve_is_overlaid_and_follows_model_swaps(qtbot, runner):
+    model = GPT(Session.tiny().model.config, init="gpt2", seed=7).eval()
+    info = ModelInfo(name="tiny-trained", trained=True, source="test", config=model.config.to_dict(), n_params=1)
+    session = Session(model, info)
+    view = small_view(qtbot, PanelContext(session=session, runner=runner))
+    result = run_and_wait(qtbot, view)
+    want = model_residual_norms(model, batch=2, length=8, seed=0)
+    np.testing.assert_allclose(result.reference, want)
+    assert view.panel.curve_names()[-1] == "tiny-trained (trained, as loaded)"
+    session.build(model.config.to_dict(), "gpt2", seed=1)  # an untrained model replaces it
+    view.on_model_changed()
+    qtbot.waitUntil(lambda: not runner.busy, timeout=10_000)
+    assert not any("trained" in n for n in view.panel.curve_names())
+
+
+def test_exports_csv_png_svg(qtbot, panel_context, tmp_path):
+    view = small_view(qtbot, panel_context)
+    result = run_and_wait(qtbot, view)
+    for kind in ("csv", "png", "svg"):
+        view.controller.export(kind, str(tmp_path / f"curves.{kind}"))
+    rows = list(csv.DictReader(open(tmp_path / "curves.csv", encoding="utf-8")))
+    assert len(rows) == len(INIT_SCHEMES) * 5
+    first = rows[0]
+    assert first["scheme"] == "gpt2" and first["label"] == "embed"
+    assert float(first["mean"]) == pytest.approx(result.curves.mean[0, 0])
+    assert float(first["max"]) == pytest.approx(result.curves.high[0, 0])
+    image = QImage(str(tmp_path / "curves.png"))
+    assert not image.isNull() and image.width() >= 1200
+    svg = (tmp_path / "curves.svg").read_text(encoding="utf-8")
+    assert "<svg" in svg and "gpt2-unscaled" in svg
+
+
+def test_a_setting_that_cannot_be_built_is_explained_not_raised(qtbot, panel_context):
+    view = small_view(qtbot, panel_context, n_embd=100, n_head=3)
+    view.panel.run_button.click()
+    qtbot.waitUntil(lambda: "⚠" in view.panel.status.text(), timeout=10_000)
+    qtbot.waitUntil(lambda: not panel_context.runner.busy, timeout=10_000)
+    assert "n_head" in view.panel.status.text() and "divisible" in view.panel.status.text()
+    assert view.panel.run_button.isEnabled()
+
+
+def test_registry_builds_the_residual_view(qtbot, panel_context, monkeypatch):
+    monkeypatch.setattr(residual_controller, "START_SHAPE", (2, 64, 4))
+    widget = find_panel("residual").factory(panel_context)
+    qtbot.addWidget(widget)
+    assert isinstance(widget, ResidualView)
+    widget.panel.seeds_box.setValue(1)
+    widget.panel.length_box.setValue(8)
+    qtbot.waitUntil(lambda: widget.is_ready, timeout=60_000)  # it starts measuring by itself
+    qtbot.waitUntil(lambda: not panel_context.runner.busy, timeout=60_000)
+
+
+def test_screenshot_mode_renders_the_residual_panel(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    folder = tmp_path / "tiny-gpt2"
+    cfg = transformers.GPT2Config(vocab_size=50257, n_positions=64, n_embd=32, n_layer=2, n_head=4)
+    transformers.GPT2LMHeadModel(cfg).save_pretrained(folder)
+    out = tmp_path / "shot.png"
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "explorer", "--screenshot", str(out), "--panel", "residual",
+         "--model", str(folder), "--device", "cpu", "--size", "1100x750"],
+        capture_output=True, text=True, timeout=240, env=env, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    img = QImage(str(out))
+    assert not img.isNull() and (img.width(), img.height()) == (1100, 750)
+    colours = {img.pixel(x, y) for x in range(0, 1100, 9) for y in range(0, 750, 9)}
+    assert len(colours) > 20
