@@ -219,6 +219,12 @@ def main(argv=None) -> int:
                     QTimer.singleShot(0, window.close)
             return False
 
+    def model_ready() -> None:
+        if window.session is not None and window.session.has_model and not hasattr(main, "model_ready_s"):
+            main.model_ready_s = time.perf_counter() - _STARTED
+            log.info("model ready %.2f s after start: %s", main.model_ready_s, window.session.info.name)
+
+    window.modelChanged.connect(model_ready)
     first_paint = FirstPaint()
     window.installEventFilter(first_paint)
     window.show()

@@ -367,10 +367,13 @@ class MainWindow(QMainWindow):
     def _update_status(self) -> None:
         from gptcore.params import format_count
 
-        from .session import NO_MODEL
-
-        info, labels = (NO_MODEL if self.session is None else self.session.info), self.status_labels
-        has_model = self.session is not None and self.session.has_model
+        labels = self.status_labels
+        if self.session is None:  # starting: importing the session means importing torch, so not here
+            for key, label in labels.items():
+                label.setText("(no model yet)" if key == "model" else "")
+            return
+        info = self.session.info
+        has_model = self.session.has_model
         labels["model"].setText(info.name)
         labels["model"].setToolTip(info.source)
         if not has_model:

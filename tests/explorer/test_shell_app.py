@@ -128,3 +128,22 @@ def test_fault_closing_during_work_exits_cleanly(tmp_path, mode):
     print(f"{mode}: exited {elapsed:.2f} s after the window closed")
     # The app waits at most 1.5 s for work, then leaves; the rest is interpreter shutdown.
     assert elapsed < 2.0, f"{mode}: took {elapsed:.2f} s to exit after close"
+
+
+def test_window_paints_before_torch_is_imported(tmp_path):
+    """The window shows at once; torch's multi-second import happens in the worker that loads."""
+    script = textwrap.dedent('''
+        import sys
+        from PySide6.QtWidgets import QApplication
+        app = QApplication([])
+        from explorer.main_window import MainWindow
+        from explorer.workers import TaskRunner
+        w = MainWindow(None, TaskRunner())
+        w.show()
+        app.processEvents()
+        print("painted", w.isVisible(), "torch imported:", "torch" in sys.modules)
+        w.close()
+    ''')
+    done = _run(["-c", script], tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "painted True torch imported: False" in done.stdout
