@@ -1,0 +1,276 @@
+"""`python -m gptcore.bench [--json] [--quick]`: how fast we are, next to HF transformers.
+
+One run, the same random GPT-2-small weights and the same prompts on both sides:
+
+- forward_capture: a 64-token forward capturing every attention pattern and the residual
+  stream at every layer. Ours skips the head (the explorer needs no logits to draw
+  attention) and materialises patterns only because they are asked for; HF runs eager
+  attention with output_attentions + output_hidden_states. Target ratio <= 0.6.
+- decode: greedy tokens/s for 128 new tokens with a KV cache, our streaming `generate`
+  (which also reports each step's probability and alternatives) vs HF `generate`.
+  Target ratio (ours / HF tokens per second) >= 1.0.
+- load: our `load(folder)` vs `GPT2LMHeadModel.from_pretrained(folder)` on a GPT-2-small
+  folder written here with `save_pretrained`. Target ratio <= 1.0.
+- recount: `count_parameters` on gpt2-xl (config built and validated too), in ms,
+  next to HF's way of counting (build on the meta device, sum numel). Target <= 5 ms.
+
+Each figure is the median of several runs after a warm-up. `--quick` uses a tiny model so
+a test can check that the bench runs; its timings mean nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .config import GPTConfig
+from .params import count_parameters
+
+GPT2_SMALL = dict(vocab_size=50257, n_positions=1024, n_layer=12, n_head=12, n_embd=768)
+TINY = dict(vocab_size=1000, n_positions=128, n_layer=2, n_head=4, n_embd=64)
+TARGETS = {"forward_capture": ("<=", 0.6), "decode": (">=", 1.0), "load": ("<=", 1.0), "recount": ("<=", 5.0)}
+
+
+@dataclass(frozen=True)
+class Plan:
+    shape: dict
+    capture_tokens: int
+    prompt_tokens: int
+    new_tokens: int
+    runs: int
+    decode_runs: int
+
+
+FULL = Plan(GPT2_SMALL, capture_tokens=64, prompt_tokens=16, new_tokens=128, runs=7, decode_runs=3)
+QUICK = Plan(TINY, capture_tokens=16, prompt_tokens=4, new_tokens=8, runs=2, decode_runs=1)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def timed(fn: Callable[[], object], runs: int, device: torch.device, warmup: int = 1) -> tuple[float, list[float]]:
+    """Median seconds of `runs` calls after `warmup` untimed ones (caches, allocator, JIT)."""
+    for _ in range(warmup):
+        fn()
+    _sync(device)
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples), samples
+
+
+def _hf_pair(shape: dict, device: torch.device):
+    """HF GPT2LMHeadModel with random weights (seeded) and our GPT holding the same ones."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from .convert import from_hf_state_dict
+
+    hf_config = GPT2Config(**shape, bos_token_id=0, eos_token_id=0, attn_implementation="eager")
+    torch.manual_seed(0)
+    hf = GPT2LMHeadModel(hf_config).eval()
+    ours = from_hf_state_dict({k: v.clone() for k, v in hf.state_dict().items()}, hf_config=hf_config).eval()
+    return hf_config, hf.to(device), ours.to(device)
+
+
+def _capture_filter(n_layer: int) -> Callable[[str], bool]:
+    """Every attention pattern, and the residual stream entering each block plus the
+    final block's output: the same L+1 states HF's output_hidden_states returns."""
+    last = f"blocks.{n_layer - 1}.hook_resid_post"
+    return lambda name: name.endswith("attn.hook_pattern") or name.endswith("hook_resid_pre") or name == last
+
+
+def bench_forward_capture(hf, ours, ids: torch.Tensor, plan: Plan, device) -> dict:
+    keep = _capture_filter(ours.config.n_layer)
+
+    def run_ours():
+        with torch.inference_mode():
+            return ours.run_with_cache(ids, names_filter=keep, logits=None)
+
+    def run_ref():
+        with torch.inference_mode():
+            return hf(ids, output_attentions=True, output_hidden_states=True)
+
+    # Same computation? Our patterns against HF's attentions, before timing anything.
+    (_, cache), out = run_ours(), run_ref()
+    diff = max(float((cache[f"blocks.{i}.attn.hook_pattern"] - a).abs().max()) for i, a in enumerate(out.attentions))
+    n_captured = len(cache)
+    del cache, out
+    ours_s, ours_all = timed(run_ours, plan.runs, device)
+    ref_s, ref_all = timed(run_ref, plan.runs, device)
+    return dict(forward_capture_ms_ours=1e3 * ours_s, forward_capture_ms_ref=1e3 * ref_s,
+                forward_capture_ratio=ours_s / ref_s, forward_capture_pattern_max_abs_diff=diff,
+                forward_capture_tensors=n_captured,
+                forward_capture_samples_ms_ours=[1e3 * s for s in ours_all],
+                forward_capture_samples_ms_ref=[1e3 * s for s in ref_all])
+
+
+def bench_decode(hf, ours, prompt: torch.Tensor, plan: Plan, device) -> dict:
+    from transformers import GenerationConfig
+
+    from .generation import generate
+
+    n = plan.new_tokens
+    config = GenerationConfig(do_sample=False, max_new_tokens=n, min_new_tokens=0, eos_token_id=None,
+                              pad_token_id=0, use_cache=True)
+    mask = torch.ones_like(prompt)
+    produced = {}
+
+    def run_ours():
+        produced["ours"] = [s.token for s in generate(ours, prompt, max_new_tokens=n, temperature=0)]
+
+    def run_ref():
+        with torch.inference_mode():
+            produced["ref"] = hf.generate(prompt, attention_mask=mask, generation_config=config)[0, prompt.shape[1]:].tolist()
+
+    ours_s, ours_all = timed(run_ours, plan.decode_runs, device)
+    ref_s, ref_all = timed(run_ref, plan.decode_runs, device)
+    return dict(decode_tok_s_ours=n / ours_s, decode_tok_s_ref=n / ref_s, decode_ratio=ref_s / ours_s,
+                decode_same_tokens=produced["ours"] == produced["ref"], decode_new_tokens=n,
+                decode_prompt_tokens=int(prompt.shape[1]),
+                decode_samples_s_ours=ours_all, decode_samples_s_ref=ref_all)
+
+
+def bench_load(hf, plan: Plan, device) -> dict:
+    from transformers import GPT2LMHeadModel
+
+    from .loading import load
+
+    with tempfile.TemporaryDirectory(prefix="gptcore-bench-") as folder:
+        hf.to("cpu").save_pretrained(folder)
+        hf.to(device)
+
+        def run_ours():
+            return load(folder, device=str(device))
+
+        def run_ref():
+            return GPT2LMHeadModel.from_pretrained(folder).to(device)
+
+        ours_s, ours_all = timed(run_ours, plan.runs, device)
+        ref_s, ref_all = timed(run_ref, plan.runs, device)
+    return dict(load_s_ours=ours_s, load_s_ref=ref_s, load_ratio=ours_s / ref_s,
+                load_samples_s_ours=ours_all, load_samples_s_ref=ref_all)
+
+
+def bench_recount(plan: Plan) -> dict:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    def run_ours():
+        return count_parameters(GPTConfig.preset("gpt2-xl")).total
+
+    def run_ref():
+        with torch.device("meta"):
+            model = GPT2LMHeadModel(GPT2Config(n_layer=48, n_head=25, n_embd=1600))
+        return model.num_parameters()
+
+    cpu = torch.device("cpu")
+    ours_s, _ = timed(run_ours, 50, cpu)
+    ref_s, _ = timed(run_ref, max(1, plan.runs // 2), cpu)
+    return dict(recount_ms=1e3 * ours_s, recount_ms_ref=1e3 * ref_s, recount_ratio=ours_s / ref_s,
+                recount_total_ours=run_ours(), recount_total_ref=run_ref())
+
+
+def run_bench(quick: bool = False, device: torch.device | None = None, progress=None) -> dict:
+    """All four measurements -> one flat dict of figures (what --json prints)."""
+    import transformers
+    import transformers.utils.logging
+
+    from .loading import default_device
+
+    transformers.utils.logging.disable_progress_bar()  # its bars would interleave with ours
+    plan = QUICK if quick else FULL
+    device = torch.device(device) if device is not None else default_device()
+    say = progress or (lambda message: None)
+    result = dict(device=str(device), torch_threads=torch.get_num_threads(), torch_version=torch.__version__,
+                  transformers_version=transformers.__version__, quick=quick, shape=dict(plan.shape),
+                  runs=plan.runs, decode_runs=plan.decode_runs, warmup=1)
+    say(f"building {'a tiny model' if quick else 'GPT-2 small'} (random weights) on {device}")
+    _, hf, ours = _hf_pair(plan.shape, device)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, plan.shape["vocab_size"], (1, plan.capture_tokens), generator=g).to(device)  # (1, T)
+    say("forward_capture")
+    result.update(bench_forward_capture(hf, ours, ids, plan, device))
+    say("decode")
+    result.update(bench_decode(hf, ours, ids[:, :plan.prompt_tokens], plan, device))
+    del ours
+    say("load")
+    result.update(bench_load(hf, plan, device))
+    del hf
+    say("recount")
+    result.update(bench_recount(plan))
+    return result
+
+
+def _meets(name: str, value: float) -> bool:
+    op, target = TARGETS[name]
+    return value <= target if op == "<=" else value >= target
+
+
+def format_table(r: dict) -> str:
+    rows = [
+        ("forward_capture", f"{r['forward_capture_ms_ours']:.1f} ms", f"{r['forward_capture_ms_ref']:.1f} ms",
+         r["forward_capture_ratio"], r["forward_capture_ratio"]),
+        ("decode", f"{r['decode_tok_s_ours']:.1f} tok/s", f"{r['decode_tok_s_ref']:.1f} tok/s",
+         r["decode_ratio"], r["decode_ratio"]),
+        ("load", f"{r['load_s_ours']:.3f} s", f"{r['load_s_ref']:.3f} s", r["load_ratio"], r["load_ratio"]),
+        ("recount", f"{r['recount_ms']:.3f} ms", f"{r['recount_ms_ref']:.1f} ms", r["recount_ratio"], r["recount_ms"]),
+    ]
+    shape = r["shape"]
+    lines = [
+        f"{'tiny model (--quick: timings mean nothing)' if r['quick'] else 'GPT-2 small shape'}: "
+        f"{shape['n_layer']} layers, width {shape['n_embd']}, vocab {shape['vocab_size']}; random weights",
+        f"device {r['device']}, {r['torch_threads']} torch threads, torch {r['torch_version']}, "
+        f"transformers {r['transformers_version']}; median of {r['runs']} runs ({r['decode_runs']} for decode) after 1 warm-up",
+        "",
+        f"{'name':<16}{'ours':>14}{'reference':>14}{'ratio':>9}   target",
+    ]
+    for name, ours, ref, ratio, judged in rows:
+        op, target = TARGETS[name]
+        unit = " ms" if name == "recount" else ""
+        verdict = "met" if _meets(name, judged) else "MISSED"
+        lines.append(f"{name:<16}{ours:>14}{ref:>14}{ratio:>9.3f}   {op} {target:g}{unit}  {verdict}")
+    lines += [
+        "",
+        f"forward_capture: {r['forward_capture_tensors']} tensors captured; patterns match HF's to "
+        f"{r['forward_capture_pattern_max_abs_diff']:.1e}",
+        f"decode: {r['decode_prompt_tokens']}-token prompt, {r['decode_new_tokens']} new tokens; "
+        f"greedy tokens identical to HF's: {r['decode_same_tokens']}",
+        f"recount: reference = build GPT2LMHeadModel(gpt2-xl) on the meta device and sum numel; "
+        f"totals {r['recount_total_ours']:,} vs {r['recount_total_ref']:,}",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gptcore.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--quick", action="store_true", help="tiny model, few runs: checks the bench runs")
+    parser.add_argument("--device", default=None, help="cpu, cuda, mps (default: best available)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads for both sides (default: torch's choice; on a busy machine 1 is steadier)")
+    args = parser.parse_args(argv)
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error("--threads must be 1 or more")
+        torch.set_num_threads(args.threads)
+    progress = None if args.json else (lambda message: print(f"… {message}", file=sys.stderr, flush=True))
+    result = run_bench(quick=args.quick, device=args.device, progress=progress)
+    print(json.dumps(result, indent=2) if args.json else format_table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""The bench runs end to end (tiny model) and reports every figure it promises.
+No timing is asserted: timings on a shared machine prove nothing."""
+import contextlib
+import io
+import json
+import math
+
+import pytest
+
+from gptcore import bench
+
+KEYS = ("forward_capture_ratio", "decode_ratio", "load_ratio", "recount_ms")
+
+
+@pytest.fixture(scope="module")
+def quick_json():
+    """`python -m gptcore.bench --json --quick`, run once for the module; stdout must be
+    exactly one JSON object (progress goes nowhere in --json mode)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert bench.main(["--json", "--quick", "--device", "cpu"]) == 0
+    return json.loads(out.getvalue())
+
+
+def test_quick_json_has_the_promised_keys_and_sane_values(quick_json):
+    for key in KEYS:
+        assert isinstance(quick_json[key], float) and math.isfinite(quick_json[key]) and quick_json[key] > 0
+    for key in ("forward_capture_ms_ours", "forward_capture_ms_ref", "decode_tok_s_ours", "decode_tok_s_ref",
+                "load_s_ours", "load_s_ref", "recount_ms_ref"):
+        assert quick_json[key] > 0
+    assert quick_json["device"] == "cpu" and quick_json["torch_threads"] >= 1 and quick_json["quick"] is True
+    assert quick_json["forward_capture_ratio"] == pytest.approx(
+        quick_json["forward_capture_ms_ours"] / quick_json["forward_capture_ms_ref"])
+    assert quick_json["decode_ratio"] == pytest.approx(quick_json["decode_tok_s_ours"] / quick_json["decode_tok_s_ref"])
+
+
+def test_quick_bench_compares_the_same_computation(quick_json):
+    # every layer's pattern + L+1 residual states were captured and equal HF's
+    n_layer = quick_json["shape"]["n_layer"]
+    assert quick_json["forward_capture_tensors"] == n_layer + n_layer + 1
+    assert quick_json["forward_capture_pattern_max_abs_diff"] < 1e-5
+    assert quick_json["decode_same_tokens"] is True
+    assert quick_json["recount_total_ours"] == quick_json["recount_total_ref"] == 1_557_611_200
+
+
+def test_table_names_every_row_with_a_target():
+    figures = dict(quick=False, shape=dict(n_layer=12, n_embd=768, vocab_size=50257), device="cpu",
+                   torch_threads=2, torch_version="x", transformers_version="y", runs=7, decode_runs=3,
+                   forward_capture_ms_ours=50.0, forward_capture_ms_ref=100.0, forward_capture_ratio=0.5,
+                   decode_tok_s_ours=20.0, decode_tok_s_ref=25.0, decode_ratio=0.8,
+                   load_s_ours=0.2, load_s_ref=0.4, load_ratio=0.5, recount_ms=0.03, recount_ms_ref=400.0,
+                   recount_ratio=0.03 / 400, forward_capture_tensors=25, forward_capture_pattern_max_abs_diff=0.0,
+                   decode_prompt_tokens=16, decode_new_tokens=128, decode_same_tokens=True,
+                   recount_total_ours=1, recount_total_ref=1)
+    table = bench.format_table(figures)
+    lines = {line.split()[0]: line for line in table.splitlines() if line.strip()}
+    assert "met" in lines["forward_capture"] and "<= 0.6" in lines["forward_capture"]
+    assert "MISSED" in lines["decode"] and ">= 1" in lines["decode"]  # 0.8 < 1.0
+    assert "met" in lines["load"] and "met" in lines["recount"]
+    assert "2 torch threads" in table and "device cpu" in table
