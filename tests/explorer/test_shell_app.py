@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from explorer.app import QUIT_WAIT_MS
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -125,9 +127,17 @@ def test_fault_closing_during_work_exits_cleanly(tmp_path, mode):
     assert close_lines, f"the window was never closed during {mode}: {err}"
     assert "QThread" not in err and "Fatal" not in err and "Traceback" not in err, err
     elapsed = ended - float(close_lines[0].split()[1])
-    print(f"{mode}: exited {elapsed:.2f} s after the window closed")
-    # The app waits at most 1.5 s for work, then leaves; the rest is interpreter shutdown.
-    assert elapsed < 2.0, f"{mode}: took {elapsed:.2f} s to exit after close"
+    print(f"{mode}: exited {elapsed:.2f} s after the window closed")  # ~1 s here when the machine is idle
+    # The exit is bounded by construction: the app waits QUIT_WAIT_MS for work, then leaves
+    # even if a task ignores its token. The log says which way it went.
+    log = (tmp_path / "state" / "gpt-explorer" / "log" / "gpt-explorer.log").read_text(encoding="utf-8")
+    quit_lines = [line for line in log.splitlines() if "quit: background work" in line]
+    assert len(quit_lines) == 1, log
+    if mode == "stubborn":
+        assert "abandoned" in quit_lines[0]
+    waited = float(quit_lines[0].rsplit("after ", 1)[1].split()[0])
+    assert waited <= QUIT_WAIT_MS / 1000 + 0.5, quit_lines[0]
+    assert elapsed < 15, f"{mode}: the process hung for {elapsed:.1f} s after its window closed"
 
 
 def test_window_paints_before_torch_is_imported(tmp_path):
