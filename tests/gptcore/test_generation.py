@@ -268,3 +268,65 @@ def test_alternatives_follow_the_transforms(small):
         assert step.prob == 1.0 and step.alternatives == ((step.token, 1.0),)
     long_tail = list(generate(small, PROMPT, max_new_tokens=60, temperature=50.0, seed=0, n_alternatives=2))
     assert all(len(s.alternatives) == 2 and s.token in dict(s.alternatives) for s in long_tail)
+
+
+# -- the command line: `python -m gptcore generate` ------------------------------------------
+
+@pytest.fixture(scope="module")
+def gpt2_vocab_folder(tmp_path_factory):
+    """A tiny HF checkpoint with GPT-2's real vocabulary, so the real tokenizer applies."""
+    from transformers import GPT2LMHeadModel
+
+    torch.manual_seed(1)
+    folder = tmp_path_factory.mktemp("tiny-gpt2")
+    cfg = hf_config(vocab_size=50257, n_positions=64, n_layer=1, n_head=2, n_embd=16, eos_token_id=50256,
+                    bos_token_id=50256)
+    GPT2LMHeadModel(cfg).save_pretrained(folder)
+    return folder
+
+
+def test_cli_generate_streams_the_greedy_continuation(gpt2_vocab_folder, capsys):
+    from gptcore.__main__ import main
+    from gptcore.loading import load
+    from gptcore.tokenizer import gpt2_tokenizer
+
+    rc = main(["generate", "--model", str(gpt2_vocab_folder), "--prompt", "Every effort moves you",
+               "--max-new-tokens", "8", "--temperature", "0", "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    tok = gpt2_tokenizer()
+    model, _ = load(str(gpt2_vocab_folder), device="cpu")
+    expected = tokens(generate(model, tok.encode("Every effort moves you"), max_new_tokens=8, temperature=0))
+    assert out == "Every effort moves you" + tok.decode(expected) + "\n"
+
+
+@pytest.mark.parametrize("flag, value, fragment", [
+    ("--temperature", "nan", "temperature must be a number from 0 (greedy) to 100"),
+    ("--temperature", "-1", "temperature must be a number from 0 (greedy) to 100"),
+    ("--temperature", "inf", "temperature must be a number from 0 (greedy) to 100"),
+    ("--temperature", "1e12", "temperature must be a number from 0 (greedy) to 100"),
+    ("--top-p", "0", "top_p must be in (0, 1]"),
+    ("--top-p", "nan", "top_p must be in (0, 1]"),
+    ("--top-p", "7", "top_p must be in (0, 1]"),
+    ("--top-k", "-5", "top_k must be a whole number >= 0"),
+    ("--repetition-penalty", "0", "repetition_penalty must be in (0, 100]"),
+    ("--repetition-penalty", "-inf", "repetition_penalty must be in (0, 100]"),
+    ("--max-new-tokens", "-3", "max_new_tokens must be a whole number from 0 to 1,000,000"),
+    ("--max-new-tokens", "99999999999", "max_new_tokens must be a whole number from 0 to 1,000,000"),
+])
+def test_fault_cli_generation_settings_exit_nonzero_with_the_allowed_range(gpt2_vocab_folder, capsys, flag, value, fragment):
+    from gptcore.__main__ import main
+
+    rc = main(["generate", "--model", str(gpt2_vocab_folder), "--prompt", "Hi", "--device", "cpu", f"{flag}={value}"])
+    captured = capsys.readouterr()
+    assert rc != 0
+    assert fragment in captured.err and "Traceback" not in captured.err
+    assert captured.out == ""  # nothing generated, not even the prompt echoed
+
+
+def test_fault_cli_settings_are_checked_before_the_model_is_loaded(tmp_path, capsys):
+    from gptcore.__main__ import main
+
+    rc = main(["generate", "--model", str(tmp_path / "no-such-model"), "--temperature", "nan"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "temperature" in err and "no-such-model" not in err
