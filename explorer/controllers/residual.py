@@ -6,7 +6,7 @@ token, which the gptcore probe checks between (scheme, seed) steps. The loaded m
 own curve is measured on the same prompts and drawn dashed when the model is trained;
 after a model swap only that curve is re-measured (one forward), not the sweep.
 
-The panel opens on a deep, narrow model (48 × 128): the lesson is unmistakable there and
+The panel opens on a deep, narrow model (48 × 64): the lesson is unmistakable there and
 the sweep takes seconds; "Loaded model's" switches to the current model's shape.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ log = logging.getLogger("explorer.residual")
 
 TASK_KEY = "residual"
 REFERENCE_KEY = "residual-reference"
-START_SHAPE = (48, 128, 4)  # n_layer, n_embd, n_head of the first sweep
+START_SHAPE = (48, 64, 4)  # n_layer, n_embd, n_head of the first sweep
 
 
 def probe_overrides(settings: dict, block_size: int) -> dict:
@@ -106,6 +106,9 @@ class ResidualController(QObject):
         """Re-measure the loaded model's own curve (the random-init sweep does not depend on it)."""
         self.panel.set_reference(None)
         session = self.ctx.session
+        if not self.results and session.has_model and not self.ctx.runner.is_running(TASK_KEY):
+            self.run()  # the first sweep was waiting for a model
+            return
         settings = self.last_settings.get("norms")
         if settings is None or not session.has_model or not session.info.trained:
             return

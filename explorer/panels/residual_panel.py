@@ -96,8 +96,8 @@ class ResidualPanel(QWidget):
         self.model_shape_button.setToolTip("Depth, width and heads of the model that is loaded now")
         self.model_shape_button.clicked.connect(self.modelShapeRequested)
         self.deep_button = QPushButton("Deep && narrow")
-        self.deep_button.setToolTip("48 layers × 128 wide, 4 heads: fast, and the residual growth is unmistakable")
-        self.deep_button.clicked.connect(lambda: self.set_shape(48, 128, 4))
+        self.deep_button.setToolTip("48 layers × 64 wide, 4 heads: fast, and the residual growth is unmistakable")
+        self.deep_button.clicked.connect(lambda: self.set_shape(48, 64, 4))
         row.addWidget(self.model_shape_button)
         row.addWidget(self.deep_button)
         form.addRow(row)
@@ -177,6 +177,10 @@ class ResidualPanel(QWidget):
         self.plot = pg.PlotWidget()
         self.plot.showGrid(x=True, y=True, alpha=0.25)
         self.legend = self.plot.addLegend(offset=(10, 10), labelTextSize="9pt")
+        backdrop = QColor(pg.mkColor(pg.getConfigOption("background")))
+        backdrop.setAlpha(210)  # curves stay visible behind it, labels stay readable
+        self.legend.setBrush(pg.mkBrush(backdrop))
+        self.legend.setPen(pg.mkPen(QColor(128, 128, 128, 120)))
         self.caption = QLabel("")
         self.caption.setWordWrap(True)
         self.caption.setTextFormat(Qt.TextFormat.RichText)
@@ -290,7 +294,8 @@ class ResidualPanel(QWidget):
         x_text, y_text = VIEW_TEXT[self.view]
         self.plot.setLabel("bottom", x_text)
         self.plot.setLabel("left", data["y_label"] if data and data["y_label"] else y_text)
-        self.plot.setTitle(data["title"] if data else "")
+        title, _, detail = (data["title"] if data else "").partition(" · ")
+        self.plot.setTitle(f"{title}<br><span style='font-size:9pt'>{detail}</span>" if detail else title)
         self.plot.getAxis("left").setLogMode(self.log_box.isChecked())
         if not data:
             self.caption.setText("")
@@ -361,8 +366,8 @@ class ResidualPanel(QWidget):
             if ctx.get("residual", True) and ctx.get("ln_placement") == "pre":
                 if "gpt2" in means and "gpt2-unscaled" in means and n_layer:
                     ratio = means["gpt2-unscaled"][-1] / means["gpt2"][-1]
-                    text += (f" Last layer, gpt2-unscaled ÷ gpt2 = {ratio:.3g} vs √(2·{n_layer}) = "
-                             f"{math.sqrt(2 * n_layer):.3g}.")
+                    text += (f" Last layer, gpt2-unscaled ÷ gpt2 = {ratio:.3g}: the blocks' writes alone differ by "
+                             f"√(2·{n_layer}) = {math.sqrt(2 * n_layer):.3g}, the embedding is common to both.")
                 text += (" Every block <i>adds</i> two writes to the stream, so their variances pile up; GPT-2 draws "
                          "those writes (attn/mlp c_proj) √(2·n_layer) times smaller, so all 2·n_layer sum to O(1).")
             elif not ctx.get("residual", True):
@@ -424,6 +429,7 @@ class ResidualPanel(QWidget):
             generator.setFileName(path)
             generator.setSize(QSize(size.width(), size.height()))
             generator.setViewBox(QRect(0, 0, size.width(), size.height()))
+            generator.setResolution(self.plot.logicalDpiX())  # as on screen, or text and data scale apart
             generator.setTitle(self.plot.getPlotItem().titleLabel.text or "residual stream")
             painter = QPainter(generator)
             try:
