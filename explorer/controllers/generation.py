@@ -18,6 +18,7 @@ import queue
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
@@ -66,6 +67,7 @@ class GenerationPane(QWidget):
         self.distribution = None  # the Distribution last drawn
         self._run: _Run | None = None
         self._ready_sent = False
+        self._drawn = False  # bars, or the reason there are none, are on screen
         self._generate_when_ready = False  # set by set_prompt: generate once the logits are in
         self._hold_ready_for_run = False
         self.last_rate: float | None = None  # decode tokens/s of the last finished run
@@ -139,8 +141,7 @@ class GenerationPane(QWidget):
 
     def _on_logits_error(self, exc: BaseException) -> None:
         self.logits = None
-        self.view.chart.note.setText(f"<span style='color:#b00020'>Cannot compute the distribution: "
-                                     f"{_escape(str(exc))}</span>")
+        self._show_problem(f"Cannot compute the distribution: {exc}")
 
     def redraw_distribution(self) -> None:
         """Re-apply the current settings to the cached logits (no forward) and redraw."""
@@ -150,11 +151,21 @@ class GenerationPane(QWidget):
         try:
             dist = self.session.distribution(self.logits, **{k: settings[k] for k in SHAPING_SETTINGS})
         except (ValueError, RuntimeError) as exc:  # NaN logits (GenerationError), impossible settings
-            self.view.chart.note.setText(f"<span style='color:#b00020'>{_escape(str(exc))}</span>")
+            self._show_problem(str(exc))
             return
         self.distribution = dist
+        self._drawn = True
         self.view.set_distribution(list(dist.strings), dist.probs, dist.model_probs,
                                    caption=self._caption(settings), note=self._distribution_note(dist, settings))
+        self._maybe_ready()
+
+    def _show_problem(self, message: str) -> None:
+        """No bars (old ones would be a lie), the reason in their place."""
+        self.distribution = None
+        empty = np.zeros(0)
+        self.view.set_distribution([], empty, empty, caption="<b>Next token</b>",
+                                   note=f"<span style='color:#d0342c'>{_escape(message)}</span>")
+        self._drawn = True  # a message is this pane's data too: screenshot mode must not wait for more
         self._maybe_ready()
 
     def _caption(self, s: dict) -> str:
@@ -193,7 +204,7 @@ class GenerationPane(QWidget):
         return ""
 
     def _maybe_ready(self) -> None:
-        if not self._ready_sent and not self._hold_ready_for_run and self.distribution is not None:
+        if not self._ready_sent and not self._hold_ready_for_run and self._drawn:
             self._ready_sent = True
             self.dataReady.emit()
 

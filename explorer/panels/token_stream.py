@@ -164,17 +164,27 @@ class TokenStreamView(QTextEdit):
         return None
 
     def tooltip_for(self, index: int) -> str:
+        """The token, its probability, and every candidate it was drawn against, most
+        likely first, with the drawn one marked: its rank shows whether it was the
+        favourite or a long shot."""
         token = self._tokens[index]
-        rows = [f"<b>{html.escape(visible_token(token.text))}</b> — {format_prob(token.prob)} when drawn"]
-        beaten = [(text, p) for text, p in token.alternatives if text != token.text]
-        if beaten:
-            rows.append("<table cellspacing='0' cellpadding='1'>")
-            rows.append("<tr><td colspan='2'><i>other candidates</i></td></tr>")
-            for text, p in beaten:
-                rows.append(f"<tr><td>{html.escape(visible_token(text))}</td><td align='right'>&nbsp;{format_prob(p)}</td></tr>")
-            rows.append("</table>")
-        else:
-            rows.append("<i>no other candidate was possible under these settings</i>")
+        rows = [f"<b>{html.escape(visible_token(token.text))}</b> — drawn with p = {format_prob(token.prob)}"]
+        others = [(text, p) for text, p in token.alternatives if text != token.text]
+        if not others:
+            rows.append("<br><i>no other candidate was possible under these settings</i>")
+            return "".join(rows)
+        rows.append("<br><i>the candidates it was drawn against:</i>")
+        rows.append("<table cellspacing='0' cellpadding='1'>")
+        marked = False
+        for text, p in token.alternatives:
+            chosen = not marked and text == token.text
+            marked = marked or chosen
+            label = html.escape(visible_token(text))
+            if chosen:
+                rows.append(f"<tr><td>▶</td><td><b>{label}</b></td><td align='right'>&nbsp;<b>{format_prob(p)}</b></td></tr>")
+            else:
+                rows.append(f"<tr><td></td><td>{label}</td><td align='right'>&nbsp;{format_prob(p)}</td></tr>")
+        rows.append("</table>")
         return "".join(rows)
 
     def tooltip_at(self, pos: QPoint) -> str:

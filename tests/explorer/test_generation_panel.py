@@ -266,6 +266,39 @@ def test_fault_model_swap_mid_generation_stops_cleanly(qtbot, pane):
     assert pane.last_run.end_reason == "done"
 
 
+def test_fault_editing_the_prompt_while_generating(qtbot, pane):
+    """A new computation while one runs: the bars follow the new prompt, the stream keeps going."""
+    pane.view.set_settings(max_new_tokens=1000, temperature=0)
+    assert pane.start_generation()
+    run = pane._run
+    qtbot.waitUntil(lambda: run.shown >= 2, timeout=10000)
+    wait_for_prompt(qtbot, pane, "A different prompt entirely")
+    shown_then = run.shown
+    qtbot.waitUntil(lambda: run.shown > shown_then + 2, timeout=10000)  # generation went on meanwhile
+    with qtbot.waitSignal(pane.generationFinished, timeout=10000):
+        pane.stop_generation()
+    assert pane.view.stream.toPlainText().startswith(PROMPT)  # the text is still the old prompt's
+    expected = [s.token for s in generate(pane.session.model, pane.session.encode(PROMPT),
+                                          max_new_tokens=len(pane.generated_ids), temperature=0)]
+    assert pane.generated_ids == expected  # and continued it, undisturbed by the other forward
+    assert pane.logits.context.text == "A different prompt entirely"
+
+
+def test_fault_nan_weights_give_a_message_not_bars(qtbot, pane):
+    with torch.no_grad():
+        pane.session.model.ln_final.weight[0] = float("nan")
+    pane.refresh_logits()
+    qtbot.waitUntil(lambda: "NaN" in pane.view.chart.note.text(), timeout=10000)
+    assert "reload" in pane.view.chart.note.text()  # says what to do
+    assert pane.view.chart.bar_labels() == [] and pane.distribution is None  # no stale bars
+    errors = []
+    pane._report = errors.append  # the main window's error dialog; no window in this test
+    with qtbot.waitSignal(pane.generationFinished, timeout=10000) as finished:
+        pane.start_generation()
+    assert finished.args == ["error"] and pane.generated_ids == []
+    assert errors and "NaN" in str(errors[0])
+
+
 def test_set_prompt_generates_then_signals_ready(qtbot, panel_context):
     """What screenshot mode relies on: `--prompt` shows the bars AND a streamed continuation."""
     widget = GenerationPane(panel_context)
