@@ -14,6 +14,7 @@ token can never land in the wrong text.
 """
 from __future__ import annotations
 
+import html
 import queue
 import time
 from dataclasses import dataclass, field
@@ -22,14 +23,16 @@ import numpy as np
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
+from gptcore.sampling import GPT2_VOCAB, default_vocab_limit
+
 from ..panels.generation_panel import GenerationPanel
 from ..panels.token_stream import format_prob
 
 LOGITS_KEY = "generation.logits"
 RUN_KEY = "generation.run"
 DEBOUNCE_MS = 150
-SCREENSHOT_TOKENS = 40
-SHAPING_SETTINGS = ("temperature", "top_k", "top_p", "repetition_penalty")  # what the bars depend on  # what `--prompt` generates, so a screenshot shows streamed text
+SCREENSHOT_TOKENS = 40  # what `--prompt` generates, so a screenshot shows streamed text
+SHAPING_SETTINGS = ("temperature", "top_k", "top_p", "repetition_penalty")  # what the bars depend on
 
 
 @dataclass
@@ -44,6 +47,7 @@ class _Run:
     first_at: float | None = None
     last_at: float | None = None
     end_reason: str = ""
+    error: str = ""
 
 
 class GenerationPane(QWidget):
@@ -57,8 +61,7 @@ class GenerationPane(QWidget):
         self.ctx = ctx
         self.session = ctx.session
         self.runner = ctx.runner
-        vocab = self.session.config.vocab_size if self.session.has_model else 50257
-        self.view = GenerationPanel(vocab_size=min(vocab, 50257))
+        self.view = GenerationPanel(vocab_size=self._drawable_vocab())
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.view)
@@ -89,6 +92,10 @@ class GenerationPane(QWidget):
         if self.session.has_model:
             self.refresh_logits()
 
+    def _drawable_vocab(self) -> int:
+        """Top-k's ceiling: the model's vocabulary without padding ids (never drawn)."""
+        return default_vocab_limit(self.session.config.vocab_size) if self.session.has_model else GPT2_VOCAB
+
     @property
     def is_ready(self) -> bool:
         """True once dataReady was emitted (screenshot mode checks it on a late connect)."""
@@ -113,7 +120,7 @@ class GenerationPane(QWidget):
         self.runner.cancel(RUN_KEY)
         self.logits = None
         if self.session.has_model:
-            self.view.set_vocab_size(min(self.session.config.vocab_size, 50257))
+            self.view.set_vocab_size(self._drawable_vocab())
             self.refresh_logits()
 
     # -- the distribution ------------------------------------------------------------------
@@ -273,6 +280,8 @@ class GenerationPane(QWidget):
             status += f" · {figure}"
         if final:
             status += f" · {run.end_reason or 'done'}"
+            if run.error:
+                status += f": {run.error[:160]}"
         self.view.set_stream_status(status)
         if figure and self.ctx.window is not None:
             self.ctx.window.set_activity(f"generation: {figure}")
@@ -289,7 +298,7 @@ class GenerationPane(QWidget):
         if run is not self._run:
             return
         run.end_reason = "error"
-        self.view.set_stream_status(f"stopped by an error: {exc}")
+        run.error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         self._report(exc)
 
     def _on_run_finished(self, run: _Run) -> None:
@@ -331,6 +340,4 @@ def _stream_note(ctx) -> str:
 
 
 def _escape(text: str) -> str:
-    import html
-
     return html.escape(text)

@@ -297,6 +297,7 @@ def test_fault_nan_weights_give_a_message_not_bars(qtbot, pane):
         pane.start_generation()
     assert finished.args == ["error"] and pane.generated_ids == []
     assert errors and "NaN" in str(errors[0])
+    assert "error: the model produced NaN" in pane.view.stream_status.text()
 
 
 def test_set_prompt_generates_then_signals_ready(qtbot, panel_context):
