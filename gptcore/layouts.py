@@ -1,0 +1,210 @@
+"""What a path or hub id holds: an HF folder (config.json + safetensors, sharded or not, or
+pytorch_model.bin), a lone .safetensors file, a nanoGPT ckpt.pt, a bare torch state dict.
+
+Each is read (memory-mapped, see checkpoints.py) into a `RawCheckpoint`: the tensors under their
+saved names plus a GPTConfig from wherever the layout keeps it (config.json, nanoGPT's model_args,
+or the tensor shapes). Nothing is checked against a model here; loading.py does that.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .checkpoints import LoadError, read_json, read_safetensors, read_sharded_index, read_torch, tensors_only
+from .config import ConfigError, GPTConfig
+from .convert import ConversionError, config_from_hf, infer_config
+from .hub import HUB_IDS, fetch, is_hub_id
+
+GPT2_VOCAB = 50257
+# File names too generic to name a model: the folder holding them names it instead.
+_GENERIC_NAMES = {"ckpt.pt", "model.safetensors", "pytorch_model.bin", "model.pt", "checkpoint.pt"}
+
+
+@dataclass
+class RawCheckpoint:
+    """A checkpoint read from disk but not yet checked: names as saved, tensors memory-mapped."""
+
+    state: dict[str, torch.Tensor]
+    config: GPTConfig
+    path: Path
+    format: str
+    name: str
+    warnings: list[str]
+    config_origin: str  # says where the config came from, for mismatch messages
+    detach: bool = False  # copy even when the mapped tensor could be used in place
+
+
+def read_source(source, n_head=None, progress=None, cancel=None) -> RawCheckpoint:
+    text = str(source)
+    path = Path(text).expanduser()
+    if path.exists():
+        return _read_path(path.resolve(), n_head)
+    if isinstance(source, str) and is_hub_id(text):
+        folder = fetch(text, progress, cancel)
+        raw = _read_hf_folder(folder, n_head, safetensors_only=True)
+        raw.name, raw.format = text, f"hub, {raw.format}"
+        return raw
+    raise LoadError(
+        f"{text}: no such file or folder, and not a hub model id. Give a folder with config.json + "
+        f"model.safetensors, a .safetensors file, a nanoGPT ckpt.pt, or a hub id ({', '.join(HUB_IDS)})"
+    )
+
+
+def _read_path(path: Path, n_head) -> RawCheckpoint:
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return _read_hf_folder(path, n_head)
+        if (path / "ckpt.pt").is_file():
+            return _read_torch_file(path / "ckpt.pt", n_head)
+        lone = sorted(path.glob("*.safetensors"))
+        if len(lone) == 1:
+            return _read_lone_safetensors(lone[0], n_head)
+        listing = ", ".join(sorted(p.name for p in path.iterdir())[:10]) or "nothing"
+        raise LoadError(f"{path} holds no checkpoint I can read (found: {listing}); expected config.json + "
+                        f"model.safetensors (HF), a sharded model.safetensors.index.json, ckpt.pt (nanoGPT) "
+                        f"or a single .safetensors file")
+    if path.name.endswith(".index.json") or path.name == "config.json":
+        return _read_hf_folder(path.parent, n_head)
+    if path.suffix == ".safetensors" or _sniff_is_safetensors(path):
+        return _read_lone_safetensors(path, n_head)
+    return _read_torch_file(path, n_head)
+
+
+def _sniff_is_safetensors(path: Path) -> bool:
+    """Unknown suffix: a torch file starts with a zip or pickle signature; else try safetensors."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    return len(head) == 4 and not head.startswith((b"PK", b"\x80"))
+
+
+def _display_name(path: Path) -> str:
+    return f"{path.parent.name}/{path.name}" if path.name in _GENERIC_NAMES and path.parent.name else path.stem
+
+
+def _read_hf_folder(folder: Path, n_head, safetensors_only: bool = False) -> RawCheckpoint:
+    config_path = folder / "config.json"
+    config, warnings = _config_from_hf_json(config_path, read_json(config_path))
+    detach = False
+    if n_head is not None and n_head != config.n_head:
+        raise LoadError(f"n_head={n_head} was given but {config_path} says n_head={config.n_head}; "
+                        f"leave n_head out (it is only for files without a config)")
+    if (folder / "model.safetensors").is_file():
+        weights, fmt = folder / "model.safetensors", "safetensors"
+        state = read_safetensors(weights)
+    elif (folder / "model.safetensors.index.json").is_file():
+        weights, fmt = folder / "model.safetensors.index.json", "sharded safetensors"
+        state = read_sharded_index(weights, read_safetensors)
+    elif not safetensors_only and (folder / "pytorch_model.bin").is_file():
+        weights, fmt = folder / "pytorch_model.bin", "pytorch_model.bin"
+        state, detach = tensors_only(weights, read_torch(weights)), True
+    elif not safetensors_only and (folder / "pytorch_model.bin.index.json").is_file():
+        weights, fmt = folder / "pytorch_model.bin.index.json", "sharded pytorch_model.bin"
+        state, detach = read_sharded_index(weights, lambda p: tensors_only(p, read_torch(p))), True
+    else:
+        allowed = "model.safetensors or model.safetensors.index.json"
+        if not safetensors_only:
+            allowed += " or pytorch_model.bin"
+        raise LoadError(f"{folder} has config.json but no weights: expected {allowed} next to it "
+                        f"(an interrupted download? download it again)")
+    return RawCheckpoint(state, config, weights, fmt, folder.name, warnings, config_path.name, detach)
+
+
+_HF_REQUIRED = ("vocab_size", "n_positions", "n_layer", "n_head", "n_embd")
+
+
+def _config_from_hf_json(path: Path, hf: dict) -> tuple[GPTConfig, list[str]]:
+    model_type = hf.get("model_type", "gpt2")
+    if model_type != "gpt2":
+        raise LoadError(f"{path}: model_type {model_type!r} is not GPT-2; this explorer loads GPT-2-class "
+                        f"models (gpt2, distilgpt2, nanoGPT checkpoints)")
+    missing = [k for k in _HF_REQUIRED if not isinstance(hf.get(k), int)]
+    if missing:
+        raise LoadError(f"{path} lacks {', '.join(missing)} (or they are not whole numbers); "
+                        f"fix the file or re-download the model")
+    try:
+        config = config_from_hf(hf)
+    except (ConfigError, TypeError, ValueError) as exc:
+        raise LoadError(f"{path} describes a model that cannot be built: {exc}") from None
+    warnings = []
+    if hf.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
+        warnings.append(f"config.json asks for activation {hf['activation_function']!r}; this model uses GELU "
+                        f"(tanh approximation) as GPT-2 does, so outputs differ from the original")
+    if hf.get("scale_attn_by_inverse_layer_idx") or hf.get("scale_attn_weights") is False:
+        warnings.append("config.json changes attention scaling (scale_attn_*); this model uses 1/sqrt(head_dim), "
+                        "so outputs differ from the original")
+    return config, warnings
+
+
+def _read_lone_safetensors(path: Path, n_head) -> RawCheckpoint:
+    state = read_safetensors(path)
+    config, warnings = _infer(path, state, n_head)
+    return RawCheckpoint(state, config, path, "safetensors (config from shapes)", _display_name(path), warnings, "tensor shapes")
+
+
+def _read_torch_file(path: Path, n_head) -> RawCheckpoint:
+    obj = read_torch(path)
+    if isinstance(obj, dict) and "model" in obj and "model_args" in obj:
+        return _read_nanogpt(path, obj, n_head)
+    if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
+        obj = obj["state_dict"]  # PyTorch Lightning and similar wrap the weights one level down
+    state = tensors_only(path, obj)
+    config, warnings = _infer(path, state, n_head)
+    return RawCheckpoint(state, config, path, "torch state dict (config from shapes)", _display_name(path), warnings,
+                "tensor shapes", detach=True)
+
+
+def _read_nanogpt(path: Path, ckpt: dict, n_head) -> RawCheckpoint:
+    args = ckpt["model_args"]
+    state = tensors_only(path, ckpt["model"], "model state dict")
+    if not isinstance(args, dict) or any(not isinstance(args.get(k), int) for k in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd")):
+        raise LoadError(f"{path}: model_args lacks vocab_size/block_size/n_layer/n_head/n_embd; "
+                        f"not a nanoGPT checkpoint, or a damaged one")
+    if n_head is not None and n_head != args["n_head"]:
+        raise LoadError(f"n_head={n_head} was given but {path}'s model_args say n_head={args['n_head']}; leave n_head out")
+    try:
+        inferred = infer_config(state, n_head=args["n_head"])
+        config = GPTConfig(
+            vocab_size=args["vocab_size"], block_size=args["block_size"], n_layer=args["n_layer"],
+            n_head=args["n_head"], n_embd=args["n_embd"], dropout=float(args.get("dropout", 0.0)),
+            bias=bool(args.get("bias", True)), tie_weights=inferred.tie_weights,
+        )
+    except (ConfigError, ConversionError) as exc:
+        raise LoadError(f"{path}: {exc}") from None
+    warnings = []
+    if (path.parent / "meta.pkl").exists() and config.vocab_size >= GPT2_VOCAB:
+        warnings.append("meta.pkl next to the checkpoint was not read (pickle files can run code); "
+                        "the GPT-2 tokenizer is used")
+    return RawCheckpoint(state, config, path, "nanoGPT ckpt", _display_name(path), warnings, "model_args", detach=True)
+
+
+def _infer(path: Path, state: dict, n_head) -> tuple[GPTConfig, list[str]]:
+    """Config from tensor shapes; heads from `n_head`, else a sidecar config.json, else a guess (warned)."""
+    warnings, eps = [], 1e-5
+    sidecar = path.with_name("config.json")
+    if sidecar.is_file() and sidecar != path:
+        side = read_json(sidecar)
+        side_heads = side.get("n_head", side.get("num_attention_heads"))
+        eps = side.get("layer_norm_epsilon", eps)
+        if n_head is None and isinstance(side_heads, int):
+            n_head = side_heads
+    guessed = n_head is None
+    try:
+        config = infer_config(state, n_head=n_head, layer_norm_eps=eps)
+    except (ConfigError, ConversionError) as exc:
+        raise LoadError(f"{path}: cannot work out the model's shape from its tensors: {exc}. Give n_head if "
+                        f"the message is about heads; otherwise this is not a GPT-2 checkpoint") from None
+    if guessed:
+        warnings.append(f"head count not stored in the file: assumed n_head={config.n_head} (GPT-2's for width "
+                        f"{config.n_embd}, else 64-wide heads); pass n_head (--n-head) or put a config.json "
+                        f"next to it if that is wrong")
+    return config, warnings
+
+
+def is_conv1d(state: dict) -> bool:
+    """HF's Conv1D stores c_attn as (C, 3C); nn.Linear (nanoGPT, ours) as (3C, C)."""
+    for key, tensor in state.items():
+        if key.endswith("attn.c_attn.weight") and tensor.dim() == 2:
+            return tensor.shape[1] == 3 * tensor.shape[0]
+    return False
