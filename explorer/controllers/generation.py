@@ -332,8 +332,8 @@ class GenerationPane(QWidget):
 
 
 def _stream_note(ctx) -> str:
-    if ctx.from_eot:
-        return "(empty prompt: starting from <|endoftext|>)"
+    """Above the streamed text when the model does not read the whole prompt (an empty
+    prompt needs none: the grey <|endoftext|> the text starts with says it)."""
     if ctx.cropped:
         return f"(… {ctx.cropped:,} earlier prompt tokens cropped: the model reads the last {ctx.block_size:,})"
     return ""
