@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 from pathlib import Path
 from typing import Callable
+from urllib.parse import urlsplit
 
 from .checkpoints import LoadCancelled, LoadError
 
@@ -29,6 +31,7 @@ HUB_REPOS = {
 }
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _TRUE = {"1", "ON", "YES", "TRUE"}
+_PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 
 ProgressFn = Callable[[int, int, str], None]
 
@@ -61,6 +64,24 @@ def hub_cache_dir() -> Path:
 
 def hub_offline() -> bool:
     return any(os.environ.get(name, "").upper() in _TRUE for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def hub_endpoint() -> str:
+    return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+
+
+def hub_reachable(endpoint: str, timeout: float = 3.0) -> bool:
+    """Can a connection to the hub be opened? Without network huggingface_hub retries for ~30 s
+    before giving up; a 3 s probe turns that into a prompt answer. Behind a proxy (which only the
+    HTTP client knows how to use) the probe is skipped."""
+    if any(os.environ.get(name) for name in _PROXY_VARS):
+        return True
+    url = urlsplit(endpoint)
+    try:
+        with socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def cached_snapshot(model_id: str) -> Path | None:
@@ -109,6 +130,9 @@ def fetch(model_id: str, progress: ProgressFn | None = None, cancel: Callable[[]
         return snapshot
     if hub_offline():
         raise not_cached(model_id, "the hub is switched off here (HF_HUB_OFFLINE=1)")
+    endpoint = hub_endpoint()
+    if not hub_reachable(endpoint):
+        raise not_cached(model_id, f"{endpoint} cannot be reached (no network?)")
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError, GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
 
@@ -116,7 +140,7 @@ def fetch(model_id: str, progress: ProgressFn | None = None, cancel: Callable[[]
 
     def get(filename: str) -> Path:
         bar = _progress_bar_class(progress, cancel, f"downloading {filename}")
-        return Path(hf_hub_download(repo, filename, cache_dir=cache, tqdm_class=bar))
+        return Path(hf_hub_download(repo, filename, cache_dir=cache, endpoint=endpoint, tqdm_class=bar))
 
     try:
         folder = get("config.json").parent

@@ -349,6 +349,78 @@ def test_hub_snapshot_with_only_pickled_weights_is_not_used(hf_tiny, tmp_path, o
         load("gpt2")
 
 
+@pytest.fixture
+def local_hub(tmp_path, monkeypatch):
+    """An HTTP server on 127.0.0.1 answering the hub's file protocol (HEAD/GET .../resolve/<rev>/<file>
+    with X-Repo-Commit, ETag, X-Error-Code) from a folder, so that the real huggingface_hub client
+    downloads through it. The internet is out of reach here; this is the hub's protocol, locally."""
+    import hashlib
+    import http.server
+    import threading
+
+    served = tmp_path / "served"
+    served.mkdir()
+
+    class Hub(http.server.BaseHTTPRequestHandler):
+        def answer(self, with_body: bool):
+            repo, _, rest = self.path.partition("/resolve/")
+            file = served / rest.partition("/")[2]
+            if repo.strip("/") != "openai-community/gpt2" or not file.is_file():
+                self.send_response(404)
+                self.send_header("X-Error-Code", "RepoNotFound" if repo.strip("/") != "openai-community/gpt2" else "EntryNotFound")
+                self.end_headers()
+                return
+            data = file.read_bytes()
+            self.send_response(200)
+            self.send_header("X-Repo-Commit", "c" * 40)
+            self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if with_body:
+                self.wfile.write(data)
+
+        def do_HEAD(self):
+            self.answer(False)
+
+        def do_GET(self):
+            self.answer(True)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_port}")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    for proxy in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(proxy, raising=False)
+    yield served
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5)
+
+
+def test_hub_download_with_progress_then_offline_from_cache(hf_tiny, tokens, local_hub, monkeypatch):
+    """No model.safetensors on the 'hub', so the index and its shards are fetched; bytes are reported."""
+    hf_tiny.save_pretrained(local_hub, max_shard_size="60KB")
+    assert not is_hub_cached("gpt2")
+    calls = []
+    model, info = load("gpt2", progress=lambda *a: calls.append(a))
+    assert info.format == "hub, sharded safetensors" and is_hub_cached("gpt2")
+    assert_same_logits(model, hf_tiny, tokens)
+    shard = sorted(local_hub.glob("model-*.safetensors"))[0]
+    reports = [c for c in calls if c[2] == f"downloading {shard.name}"]
+    assert reports and reports[-1][:2] == (shard.stat().st_size, shard.stat().st_size)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the second time needs no network at all
+    assert_same_logits(load("gpt2")[0], hf_tiny, tokens)
+    with pytest.raises(LoadError, match="no model 'openai-community/nonexistent' on the hub"):
+        monkeypatch.delenv("HF_HUB_OFFLINE")
+        load("openai-community/nonexistent")
+
+
 def test_download_progress_bridge_reports_bytes_and_cancels():
     from gptcore.hub import _progress_bar_class
 

@@ -267,3 +267,19 @@ def test_fault_unknown_source_names_the_options(tmp_path):
     (tmp_path / "empty-dir").mkdir()
     with pytest.raises(LoadError, match="holds no checkpoint"):
         load(tmp_path / "empty-dir")
+
+
+def test_fault_hub_model_not_cached_without_network(tmp_path, monkeypatch):
+    """Not switched offline, but nothing answers: said at once, not after huggingface_hub's ~30 s of retries."""
+    import socket
+
+    with socket.socket() as s:  # a port on which nothing listens once this closes
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy",
+                 "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(LoadError, match=r"gpt2-xl is not cached .* cannot be reached \(no network\?\)\. Run once with network"):
+        load("gpt2-xl")
