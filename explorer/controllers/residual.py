@@ -79,19 +79,33 @@ class ResidualController(QObject):
         common = dict(config=overrides, schemes=settings["schemes"], seeds=settings["seeds"],
                       batch=settings["batch"], length=settings["length"], tokens=tokens)
 
+        runs = [common]
+        if settings.get("compare"):  # the other residual setting, drawn dashed
+            runs.append(dict(common, config=dict(overrides, residual=not settings["residual"])))
+        steps = len(settings["schemes"]) * len(settings["seeds"])
+
         def work(token, progress):
             from gptcore.probes.residual import ProbeCancelled
 
+            results = []
             try:
-                if view == "norms":
-                    return session.residual_norms(metric=settings["metric"], progress=progress, cancel=token, **common)
-                return session.gradient_flow(quantity=settings["quantity"], progress=progress, cancel=token, **common)
+                for i, kw in enumerate(runs):
+                    def report(done, _total, message, offset=i * steps):
+                        progress(offset + done, steps * len(runs), message)
+
+                    if view == "norms":
+                        results.append(session.residual_norms(metric=settings["metric"], progress=report,
+                                                              cancel=token, with_model=(i == 0), **kw))
+                    else:
+                        results.append(session.gradient_flow(quantity=settings["quantity"], progress=report,
+                                                             cancel=token, **kw))
             except ProbeCancelled:
                 token.raise_if_cancelled()  # ends the task quietly (not an error)
                 raise
+            return results
 
         self.panel.set_busy(True)
-        self.panel.set_progress(0, len(settings["schemes"]) * len(settings["seeds"]), "starting")
+        self.panel.set_progress(0, steps * len(runs), "starting")
         self.panel.set_status(f"Measuring {describe(settings)}…")
         self.ctx.runner.submit(TASK_KEY, work,
                                on_result=lambda r: self._on_result(view, settings, r),
@@ -130,7 +144,8 @@ class ResidualController(QObject):
             self.run()
 
     # -- results -------------------------------------------------------------------------------
-    def _on_result(self, view: str, settings: dict, result) -> None:
+    def _on_result(self, view: str, settings: dict, results: list) -> None:
+        result, other = results[0], (results[1] if len(results) > 1 else None)
         curves = result.curves
         self.results[view] = result
         self.last_settings[view] = settings
@@ -143,7 +158,9 @@ class ResidualController(QObject):
         title = f"{what} · {describe(settings)}"
         self.panel.set_curves(view, curves.x, curves.schemes, curves.values, labels=curves.labels,
                               y_label=y_label, title=title,
-                              context={k: settings[k] for k in ("n_layer", "residual", "ln_placement")})
+                              context={k: settings[k] for k in ("n_layer", "residual", "ln_placement")},
+                              comparison=None if other is None else other.curves.values,
+                              comparison_label=("without" if settings["residual"] else "with") + " residual connections")
         if view == "norms":
             current = result.version == self.ctx.session.version
             if result.reference is not None and current:
@@ -151,9 +168,11 @@ class ResidualController(QObject):
                 self.panel.set_reference(x, result.reference, result.reference_name)
             else:
                 self.panel.set_reference(None)
-        steps = len(curves.schemes) * len(curves.seeds)
-        self.panel.set_status(f"{steps} runs ({len(curves.schemes)} schemes × {len(curves.seeds)} seeds, "
-                              f"{curves.n_tokens} tokens each) in {result.elapsed_s:.1f} s")
+        steps = len(curves.schemes) * len(curves.seeds) * len(results)
+        elapsed = sum(r.elapsed_s for r in results)
+        twice = " × 2 residual settings" if other is not None else ""
+        self.panel.set_status(f"{steps} runs ({len(curves.schemes)} schemes × {len(curves.seeds)} seeds{twice}, "
+                              f"{curves.n_tokens} tokens each) in {elapsed:.1f} s")
         self.drawn.emit(view, result)
         if not self._ready_sent:
             self._ready_sent = True

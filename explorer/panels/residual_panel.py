@@ -13,18 +13,12 @@ import math
 from typing import Sequence
 
 import numpy as np
-import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit,
                                QProgressBar, QPushButton, QScrollArea, QSpinBox, QTabBar, QVBoxLayout, QWidget)
 
-# Okabe–Ito: distinguishable for the common colour-vision deficiencies, on light and dark.
-SCHEME_COLOURS = {
-    "gpt2": "#0072B2", "gpt2-unscaled": "#D55E00", "pytorch-default": "#009E73",
-    "xavier-uniform": "#E69F00", "xavier-normal": "#CC79A7", "kaiming-normal": "#56B4E9",
-}
-FALLBACK_COLOURS = ("#999999", "#F0E442", "#000000")
+from .residual_plot import Curve, SchemePlot, scheme_colour
+
 SCHEME_NOTES = {
     "gpt2": "N(0, 0.02); the residual projections (attn/mlp c_proj) N(0, 0.02/√(2·n_layer))",
     "gpt2-unscaled": "N(0, 0.02) everywhere: GPT-2 without the residual scaling",
@@ -38,10 +32,6 @@ VIEW_TEXT = {
               "mean ‖x‖ per token"),
     "gradients": ("block", "gradient norm"),
 }
-
-
-def scheme_colour(name: str, index: int) -> str:
-    return SCHEME_COLOURS.get(name, FALLBACK_COLOURS[index % len(FALLBACK_COLOURS)])
 
 
 def _numbers(*values) -> list[str]:
@@ -70,7 +60,6 @@ class ResidualPanel(QWidget):
         self.schemes = tuple(schemes)
         self._data: dict[str, dict] = {}  # view -> what set_curves got
         self._reference: tuple[np.ndarray, np.ndarray, str] | None = None
-        self._items: list = []  # everything drawn for the current view
         self._build_controls()
         self._build_plot()
         outer = QHBoxLayout(self)
@@ -111,8 +100,12 @@ class ResidualPanel(QWidget):
         self.residual_box = QCheckBox("residual connections")
         self.residual_box.setChecked(True)
         self.residual_box.setToolTip("Off: each block's output replaces the stream instead of adding to it")
+        self.compare_box = QCheckBox("also the other setting, dashed")
+        self.compare_box.setToolTip("Measure with AND without residual connections; the other setting is drawn "
+                                    "dashed in each scheme's colour (twice the work)")
         tform.addRow("LayerNorm", self.ln_box)
         tform.addRow(self.residual_box)
+        tform.addRow(self.compare_box)
         lay.addWidget(teach)
 
         prompts = QGroupBox("Prompts and seeds")
@@ -174,13 +167,8 @@ class ResidualPanel(QWidget):
         self.view_tabs.addTab("Residual norm")
         self.view_tabs.addTab("Gradient flow")
         self.view_tabs.currentChanged.connect(self._on_tab)
-        self.plot = pg.PlotWidget()
-        self.plot.showGrid(x=True, y=True, alpha=0.25)
-        self.legend = self.plot.addLegend(offset=(10, 10), labelTextSize="9pt")
-        backdrop = QColor(pg.mkColor(pg.getConfigOption("background")))
-        backdrop.setAlpha(210)  # curves stay visible behind it, labels stay readable
-        self.legend.setBrush(pg.mkBrush(backdrop))
-        self.legend.setPen(pg.mkPen(QColor(128, 128, 128, 120)))
+        self.plot = SchemePlot()
+        self.legend = self.plot.legend
         self.caption = QLabel("")
         self.caption.setWordWrap(True)
         self.caption.setTextFormat(Qt.TextFormat.RichText)
@@ -219,7 +207,8 @@ class ResidualPanel(QWidget):
                     residual=self.residual_box.isChecked(), batch=self.batch_box.value(),
                     length=self.length_box.value(), seeds=tuple(range(self.seeds_box.value())),
                     text=self.text_box.text(), metric=self.metric_box.currentData(),
-                    quantity=self.quantity_box.currentData(), schemes=self.enabled_schemes())
+                    quantity=self.quantity_box.currentData(), schemes=self.enabled_schemes(),
+                    compare=self.compare_box.isChecked())
 
     def _sync_controls(self) -> None:
         """Only the controls of the view shown are live (the norm kind means nothing to gradients)."""
@@ -244,12 +233,16 @@ class ResidualPanel(QWidget):
         self.view_tabs.setCurrentIndex(VIEWS.index(view))
 
     def set_curves(self, view: str, x: np.ndarray, schemes: Sequence[str], values: np.ndarray, *,
-                   labels: Sequence[str] = (), y_label: str = "", title: str = "", context: dict | None = None) -> None:
+                   labels: Sequence[str] = (), y_label: str = "", title: str = "", context: dict | None = None,
+                   comparison: np.ndarray | None = None, comparison_label: str = "") -> None:
         """values (S, K, P): scheme × seed × point; drawn as mean with the spread as a band.
+        `comparison` (same shape) is drawn dashed (e.g. the other residual setting).
         `context` (n_layer, residual, ln_placement) lets the caption explain the figures."""
         values = np.asarray(values, dtype=np.float64)
         self._data[view] = dict(x=np.asarray(x, dtype=np.float64), schemes=tuple(schemes), values=values,
-                                labels=tuple(labels), y_label=y_label, title=title, context=dict(context or {}))
+                                labels=tuple(labels), y_label=y_label, title=title, context=dict(context or {}),
+                                comparison=None if comparison is None else np.asarray(comparison, dtype=np.float64),
+                                comparison_label=comparison_label)
         if view == self.view:
             self._redraw()
 
@@ -282,73 +275,28 @@ class ResidualPanel(QWidget):
 
     # -- drawing -----------------------------------------------------------------------------
     def curve_names(self) -> list[str]:
-        """Names of the curves drawn now (what the legend lists)."""
-        return [item.name() for item in self._items if isinstance(item, pg.PlotDataItem) and item.name()]
+        """Names of the curves drawn now (what the legend lists, the dashed key excepted)."""
+        return [n for n in self.plot.curve_names() if not n.startswith("dashed:")]
 
     def _redraw(self) -> None:
-        for item in self._items:
-            self.plot.removeItem(item)
-        self._items.clear()
-        self.legend.clear()
         data = self._data.get(self.view)
         x_text, y_text = VIEW_TEXT[self.view]
-        self.plot.setLabel("bottom", x_text)
-        self.plot.setLabel("left", data["y_label"] if data and data["y_label"] else y_text)
         title, _, detail = (data["title"] if data else "").partition(" · ")
-        self.plot.setTitle(f"{title}<br><span style='font-size:9pt'>{detail}</span>" if detail else title)
-        self.plot.getAxis("left").setLogMode(self.log_box.isChecked())
-        if not data:
-            self.caption.setText("")
-            return
-        std_band = self.spread_box.currentData() == "std"
-        for s, name in enumerate(data["schemes"]):
-            if name not in self.scheme_boxes or not self.scheme_boxes[name].isChecked():
-                continue
-            runs = data["values"][s]  # (K, P)
-            mean = runs.mean(axis=0)
-            if std_band:
-                spread = runs.std(axis=0)
-                low, high = np.maximum(mean - spread, mean * 1e-3), mean + spread  # stay > 0 for log y
-            else:
-                low, high = runs.min(axis=0), runs.max(axis=0)
-            colour = QColor(scheme_colour(name, self.schemes.index(name)))
-            self._draw_band(data["x"], self._y(low), self._y(high), colour, runs.shape[0] > 1)
-            symbol = "o" if len(data["x"]) <= 40 else None
-            line = pg.PlotDataItem(data["x"], self._y(mean), pen=pg.mkPen(colour, width=2.2), name=name, symbol=symbol,
-                                   symbolSize=4, symbolBrush=colour, symbolPen=None)
-            self._add(line)
-        if self.view == "norms" and self._reference is not None:
-            rx, ry, rname = self._reference
-            fg = pg.mkColor(pg.getConfigOption("foreground"))
-            ref = pg.PlotDataItem(rx, self._y(ry), pen=pg.mkPen(fg, width=2, style=Qt.PenStyle.DashLine),
-                                  name=f"{rname} (trained, as loaded)")
-            self._add(ref)
-        self.caption.setText(self._caption(data))
-
-    def _draw_band(self, x, low, high, colour: QColor, visible: bool) -> None:
-        if not visible:
-            return
-        edge = pg.mkPen(QColor(0, 0, 0, 0))  # invisible edges; the fill is the band
-        lo = pg.PlotCurveItem(x, low, pen=edge)
-        hi = pg.PlotCurveItem(x, high, pen=edge)
-        fill = QColor(colour)
-        fill.setAlpha(60)
-        band = pg.FillBetweenItem(lo, hi, brush=pg.mkBrush(fill))
-        for item in (lo, hi, band):
-            self._add(item)
-
-    def _add(self, item) -> None:
-        self.plot.addItem(item)
-        self._items.append(item)
-
-    def _y(self, values: np.ndarray) -> np.ndarray:
-        """Plot coordinates: log10 under log y. The transform is done here, with the axis
-        told to label powers of ten, because FillBetweenItem would fill between the
-        untransformed paths if the plot's own log mode did it."""
-        if not self.log_box.isChecked():
-            return values
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.log10(np.where(values > 0, values, np.nan))
+        curves = []
+        if data:
+            for s, name in enumerate(data["schemes"]):
+                if name in self.scheme_boxes and self.scheme_boxes[name].isChecked():
+                    colour = scheme_colour(name, self.schemes.index(name))
+                    curves.append(Curve(name, colour, data["values"][s]))
+                    if data["comparison"] is not None:
+                        curves.append(Curve(name, colour, data["comparison"][s], dashed=True))
+        reference = self._reference if self.view == "norms" else None
+        self.plot.draw(data["x"] if data else np.zeros(0), curves, log_y=self.log_box.isChecked(),
+                       std_band=self.spread_box.currentData() == "std", x_label=x_text,
+                       y_label=data["y_label"] if data and data["y_label"] else y_text, title=title, detail=detail,
+                       reference=reference if data else None,
+                       comparison_label=data["comparison_label"] if data else "")
+        self.caption.setText(self._caption(data) if data else "")
 
     def _caption(self, data: dict) -> str:
         """The figures that carry the lesson, for the curves shown, and what they mean
@@ -379,18 +327,25 @@ class ResidualPanel(QWidget):
         figures = ", ".join(f"{n} {m[0] / m[-1]:.2g}" if m[-1] > 0 else f"{n} —" for n, m in shown)
         text = (f"<b>Gradient at the first block ÷ at the last</b>: {figures}. ≈ 1: early blocks learn as fast as "
                 "late ones; ≪ 1: they starve; ≫ 1: they get more.")
-        ratios = [m[0] / m[-1] for _n, m in shown if m[-1] > 0]
-        if not ctx.get("residual", True):
+        if data["comparison"] is not None:
+            other = [(n, data["comparison"][data["schemes"].index(n)].mean(axis=0)) for n, _m in shown]
+            text += " <b>Dashed</b> (" + data["comparison_label"] + "): " + ", ".join(
+                f"{n} {m[0] / m[-1]:.2g}" if m[-1] > 0 else f"{n} —" for n, m in other) + "."
+        residual = ctx.get("residual", True)
+        without = data["values"] if not residual else data["comparison"]  # the no-shortcut set, if measured
+        if without is not None:
+            means = [without[data["schemes"].index(n)].mean(axis=0) for n, _m in shown]
+            ratios = [m[0] / m[-1] for m in means if m[-1] > 0]
             if ratios and min(ratios) < 1e-3:
                 text += (" Without shortcuts the gradient to block 0 is a product of every later block's Jacobian; "
-                         "here it vanishes where the forward signal itself dies (see the norm view).")
+                         "it vanishes here where the forward signal itself dies (see the norm view).")
             else:
-                text += (" Here a LayerNorm in every block re-normalises the signal both ways, so removing the "
-                         "shortcuts alone does not starve block 0; narrow the model (width 64, gpt2 scheme) to see "
-                         "signal and gradient die.")
-        elif ctx.get("ln_placement") == "pre":
-            text += (" Pre-LN divides each block's input by the stream's scale, so where the stream grows "
-                     "(unscaled schemes) late blocks get less gradient; gpt2's scaling keeps it even.")
+                text += (" A LayerNorm in every block re-normalises the signal both ways, so removing the "
+                         "shortcuts alone does not starve block 0 here; narrow the model (width 64, gpt2 scheme) to "
+                         "see signal and gradient die.")
+        if (residual or data["comparison"] is not None) and ctx.get("ln_placement") == "pre":
+            text += (" With shortcuts, pre-LN divides each block's input by the stream's scale, so where the stream "
+                     "grows (unscaled schemes) late blocks get less gradient; gpt2's scaling keeps it even.")
         return text
 
     # -- export ------------------------------------------------------------------------------
@@ -402,8 +357,11 @@ class ResidualPanel(QWidget):
             out = csv.writer(fh)
             out.writerow(["view", "scheme", "x", "label", "mean", "std", "min", "max", "seeds"])
             labels = data["labels"] or tuple("" for _ in data["x"])
-            for s, name in enumerate(data["schemes"]):
-                runs = data["values"][s]
+            sets = [(name, data["values"][s]) for s, name in enumerate(data["schemes"])]
+            if data["comparison"] is not None:
+                sets += [(f"{name} ({data['comparison_label']})", data["comparison"][s])
+                         for s, name in enumerate(data["schemes"])]
+            for name, runs in sets:
                 for p, (x, label) in enumerate(zip(data["x"], labels)):
                     col = runs[:, p]
                     out.writerow([self.view, name, f"{x:g}", label, *_numbers(col.mean(), col.std(), col.min(),
@@ -414,32 +372,5 @@ class ResidualPanel(QWidget):
                     out.writerow([self.view, f"{rname} (trained)", f"{x:g}", "", *_numbers(y, 0.0, y, y), 1])
 
     def export_image(self, path: str) -> None:
-        """PNG (pyqtgraph's ImageExporter, at least 1200 px wide) or SVG by the suffix.
-
-        SVG is written by rendering the plot through Qt's QSvgGenerator (vector output):
-        pyqtgraph 0.14's SVGExporter fails on the path syntax of current Qt 6
-        ("not enough values to unpack" in correctCoordinates; pyqtgraph issue #3485)."""
-        if path.lower().endswith(".svg"):
-            from PySide6.QtCore import QRect, QSize
-            from PySide6.QtGui import QPainter
-            from PySide6.QtSvg import QSvgGenerator
-
-            size = self.plot.size()
-            generator = QSvgGenerator()
-            generator.setFileName(path)
-            generator.setSize(QSize(size.width(), size.height()))
-            generator.setViewBox(QRect(0, 0, size.width(), size.height()))
-            generator.setResolution(self.plot.logicalDpiX())  # as on screen, or text and data scale apart
-            generator.setTitle(self.plot.getPlotItem().titleLabel.text or "residual stream")
-            painter = QPainter(generator)
-            try:
-                self.plot.render(painter)
-            finally:
-                painter.end()
-            return
-        import pyqtgraph.exporters as exporters
-
-        item = self.plot.getPlotItem()
-        exporter = exporters.ImageExporter(item)
-        exporter.parameters()["width"] = max(1200, int(item.width()))
-        exporter.export(path)
+        """The plot as PNG or SVG (by the file's suffix)."""
+        self.plot.export_image(path)

@@ -80,13 +80,13 @@ def test_spread_is_drawn_as_a_band_and_log_y_keeps_it(qtbot):
     qtbot.addWidget(panel)
     values = synthetic(("gpt2", "gpt2-unscaled"))
     panel.set_curves("norms", np.arange(9) / 2, ("gpt2", "gpt2-unscaled"), values)
-    bands = [i for i in panel._items if isinstance(i, pg.FillBetweenItem)]
+    bands = [i for i in panel.plot.items_drawn if isinstance(i, pg.FillBetweenItem)]
     assert len(bands) == 2
     lo, hi = bands[1].curves  # gpt2-unscaled's band: min and max over the seeds
     np.testing.assert_allclose(lo.getData()[1], values[1].min(axis=0))
     np.testing.assert_allclose(hi.getData()[1], values[1].max(axis=0))
     panel.log_box.setChecked(True)
-    lo, hi = [i for i in panel._items if isinstance(i, pg.FillBetweenItem)][1].curves
+    lo, hi = [i for i in panel.plot.items_drawn if isinstance(i, pg.FillBetweenItem)][1].curves
     np.testing.assert_allclose(hi.getData()[1], np.log10(values[1].max(axis=0)))
     assert panel.plot.getAxis("left").logMode
 
@@ -117,6 +117,39 @@ def test_gradient_view_with_residuals_switched_off(qtbot, panel_context):
     assert view.panel.curve_names() == ["gpt2", "gpt2-unscaled"]
     assert "WITHOUT residual" in view.panel.plot.getPlotItem().titleLabel.text
     assert not view.panel.metric_box.isEnabled() and view.panel.quantity_box.isEnabled()
+
+
+def test_comparison_draws_the_other_residual_setting_dashed(qtbot, panel_context, tmp_path):
+    import pyqtgraph as pg
+    from PySide6.QtCore import Qt
+
+    view = small_view(qtbot, panel_context, n_layer=3, seeds=1)
+    for name in INIT_SCHEMES[1:]:
+        view.panel.scheme_boxes[name].setChecked(False)
+    view.panel.compare_box.setChecked(True)
+    view.panel.set_view("gradients")
+    qtbot.waitUntil(lambda: "gradients" in view.controller.results, timeout=60_000)
+    qtbot.waitUntil(lambda: not panel_context.runner.busy, timeout=60_000)
+    data = view.panel._data["gradients"]
+    cfg = view.controller.results["gradients"].curves.config
+    want = panel_context.session.gradient_flow(
+        config=dict(cfg, residual=False), schemes=("gpt2",), seeds=(0,), batch=2, length=8).curves.values
+    np.testing.assert_allclose(data["comparison"], want)
+    assert cfg["residual"] is True and not np.allclose(data["values"], want)
+    dashed = [i for i in view.panel.plot.items_drawn if isinstance(i, pg.PlotDataItem)
+              and i.getData()[0] is not None and len(i.getData()[0]) and pg_pen_style(i) == Qt.PenStyle.DashLine]
+    assert len(dashed) == 1  # gpt2's no-residual curve
+    assert view.panel.curve_names() == ["gpt2"]
+    assert "Dashed</b> (without residual connections): gpt2" in view.panel.caption.text()
+    view.controller.export("csv", str(tmp_path / "g.csv"))
+    schemes = {row["scheme"] for row in csv.DictReader(open(tmp_path / "g.csv", encoding="utf-8"))}
+    assert schemes == {"gpt2", "gpt2 (without residual connections)"}
+
+
+def pg_pen_style(item):
+    import pyqtgraph as pg
+
+    return pg.mkPen(item.opts["pen"]).style()
 
 
 def test_cancel_stops_within_one_step(qtbot, panel_context, monkeypatch):
