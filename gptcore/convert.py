@@ -171,8 +171,7 @@ def from_hf_state_dict(state: Mapping[str, torch.Tensor], config: GPTConfig | No
     if config is None:
         config = config_from_hf(hf_config) if hf_config is not None else infer_config(state)
     ours, unexpected = convert_state_dict(state, conv1d=True)
-    with torch.device("meta"):
-        model = GPT(config, init=None)
+    model = GPT.empty(config)
     check_against(model.state_dict(), ours, unexpected, config.tie_weights)
     if config.tie_weights:
         ours.pop("unembed.weight", None)

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from .checkpoints import LoadCancelled, LoadError
 from .config import GPTConfig
@@ -164,7 +163,7 @@ def _build(raw: RawCheckpoint, device: torch.device, dtype: torch.dtype, progres
     ours, unexpected = convert_state_dict(raw.state, conv1d=is_conv1d(raw.state))
     in_place = {k: t for k, t in ours.items() if _usable_in_place(raw, t, device, dtype)}
     with BackgroundScreen(in_place) as screen:  # reads the mapped weights while the model is built
-        model = _empty_model(config)
+        model = GPT.empty(config)  # meta: no memory, no init; filled below
         expected = model.state_dict()
         try:
             check_against(expected, ours, unexpected, config.tie_weights)
@@ -184,25 +183,6 @@ def _build(raw: RawCheckpoint, device: torch.device, dtype: torch.dtype, progres
     if leftover:  # a bug here, not in the file: refuse rather than hand out an unusable model
         raise LoadError(f"internal error loading {raw.path}: {', '.join(leftover)} were not filled")
     return model.eval()
-
-
-class _SkipMetaInit(TorchFunctionMode):
-    """Makes random init of meta tensors a no-op. There is nothing to fill, yet the first `normal_`
-    on a meta tensor (nn.Embedding's reset) imports torch's Python meta kernels and torch._dynamo:
-    3-5 s here, more than the whole load of GPT-2 small."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        target = args[0] if args else kwargs.get("tensor")
-        if getattr(func, "__name__", "") in ("normal_", "uniform_") and isinstance(target, torch.Tensor) and target.is_meta:
-            return target
-        return func(*args, **kwargs)
-
-
-def _empty_model(config: GPTConfig) -> GPT:
-    """Our GPT with every parameter on the meta device: no memory, no init, filled by the caller."""
-    with torch.device("meta"), _SkipMetaInit():
-        return GPT(config, init=None)
 
 
 def _usable_in_place(raw: RawCheckpoint, t: torch.Tensor, device: torch.device, dtype: torch.dtype) -> bool:

@@ -13,6 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from .config import GPTConfig
 from .hooks import HookedModule, HookPoint
@@ -161,6 +162,19 @@ class Block(nn.Module):
         return self.hook_resid_post(self.ln2(x + m if self.residual else m))
 
 
+class _SkipMetaInit(TorchFunctionMode):
+    """Makes torch's default random init of meta tensors a no-op. There is nothing to fill, yet
+    the first `normal_` on a meta tensor (nn.Embedding's reset) imports torch's Python meta
+    kernels and torch._dynamo: 3-5 s, more than a whole load of GPT-2 small."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        target = args[0] if args else kwargs.get("tensor")
+        if getattr(func, "__name__", "") in ("normal_", "uniform_") and isinstance(target, torch.Tensor) and target.is_meta:
+            return target
+        return func(*args, **kwargs)
+
+
 class GPT(HookedModule):
     """GPT-2-class decoder. `GPT(cfg)` is initialised with the `gpt2` scheme; built under
     `torch.device("meta")` it allocates nothing (loading fills it with `assign=True`)."""
@@ -184,6 +198,18 @@ class GPT(HookedModule):
             from .init import init_weights
 
             init_weights(self, init, seed=seed)
+
+    @classmethod
+    def empty(cls, config: GPTConfig, device=None) -> "GPT":
+        """The structure with no weight drawn: on the meta device (nothing allocated; a loader
+        fills it with `load_state_dict(assign=True)`), or uninitialised memory on `device`
+        (for a caller that initialises it next, e.g. with `init_weights`)."""
+        with torch.device("meta"), _SkipMetaInit():
+            model = cls(config, init=None)
+        if device is not None and torch.device(device).type != "meta":
+            model = model.to_empty(device=device)
+            model.tie_weights()  # to_empty gives the head its own tensor; share it again
+        return model
 
     def tie_weights(self) -> None:
         """Share the Parameter itself (not a copy), so the head follows every update."""
