@@ -197,10 +197,7 @@ class Session:
         self.check_fits(cfg, dev)
         report = progress or (lambda *_: None)
         report(0, 3, "allocating weights")
-        with torch.device("meta"):
-            model = GPT(cfg, init=None)  # structure only: nothing allocated, nothing drawn twice
-        model = model.to_empty(device=dev)
-        model.tie_weights()  # to_empty makes separate tensors; share the head again
+        model = GPT.empty(cfg, device=dev)  # allocated, nothing drawn twice
         report(1, 3, f"initialising ({init_scheme})")
         init_weights(model, init_scheme, seed=seed)
         report(2, 3, "ready")
