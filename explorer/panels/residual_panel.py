@@ -28,7 +28,7 @@ SCHEME_NOTES = {
 }
 VIEWS = ("norms", "gradients")
 VIEW_TEXT = {
-    "norms": ("layer  (0 = embedding output · k.5 = after block k's attention · k+1 = after its MLP)",
+    "norms": ("layer  (0: embedding · k.5: after block k's attention · k+1: after its MLP)",
               "mean ‖x‖ per token"),
     "gradients": ("block", "gradient norm"),
 }
@@ -95,8 +95,9 @@ class ResidualPanel(QWidget):
         teach = QGroupBox("Architecture")
         tform = QFormLayout(teach)
         self.ln_box = QComboBox()
-        self.ln_box.addItem("pre-LN: x + f(LN(x))  (GPT-2)", "pre")
-        self.ln_box.addItem("post-LN: LN(x + f(x))  (2017 Transformer)", "post")
+        self.ln_box.addItem("pre-LN (GPT-2)", "pre")
+        self.ln_box.addItem("post-LN (2017)", "post")
+        self.ln_box.setToolTip("pre-LN: x + f(LN(x)), GPT-2's. post-LN: LN(x + f(x)), the original Transformer's")
         self.residual_box = QCheckBox("residual connections")
         self.residual_box.setChecked(True)
         self.residual_box.setToolTip("Off: each block's output replaces the stream instead of adding to it")

@@ -43,6 +43,7 @@ class SchemePlot(pg.PlotWidget):
         backdrop.setAlpha(210)  # curves stay visible behind it, labels stay readable
         self.legend.setBrush(pg.mkBrush(backdrop))
         self.legend.setPen(pg.mkPen(QColor(128, 128, 128, 120)))
+        self.legend.setColumnCount(3)  # short and wide: it sits in the headroom above the curves
         self.items_drawn: list = []
         self.log_y = False
 
@@ -88,6 +89,22 @@ class SchemePlot(pg.PlotWidget):
             rx, ry, rname = reference
             self._add(pg.PlotDataItem(rx, self._y(ry), pen=pg.mkPen(fg, width=2, style=Qt.PenStyle.DashDotLine),
                                       name=f"{rname} (trained, as loaded)"))
+        self._leave_headroom(curves, reference)
+
+    def _leave_headroom(self, curves: list[Curve], reference) -> None:
+        """Fit the data, plus room at the top for the legend, so no curve hides behind it."""
+        ys = [self._y(c.runs.max(axis=0)) for c in curves] + [self._y(c.runs.min(axis=0)) for c in curves]
+        if reference is not None:
+            ys.append(self._y(np.asarray(reference[1], dtype=float)))
+        finite = np.concatenate([y[np.isfinite(y)] for y in ys]) if ys else np.zeros(0)
+        if finite.size == 0:
+            self.enableAutoRange()
+            return
+        low, high = float(finite.min()), float(finite.max())
+        span = (high - low) or (abs(high) or 1.0)
+        rows = -(-len(self.legend.items) // 3)
+        self.setYRange(low - 0.03 * span, high + (0.06 + 0.07 * rows) * span, padding=0)
+        self.enableAutoRange(x=True)
 
     def _y(self, values: np.ndarray) -> np.ndarray:
         """Plot coordinates: log10 under log y. The transform is done here, with the axis
