@@ -161,6 +161,20 @@ class Session:
         tok = self.tokenizer
         return [tok.token_str(int(i)) for i in ids]
 
+    def check_token_ids(self, ids, model=None) -> None:
+        """Refuse ids the model has no embedding row for, naming the token and the fix.
+
+        Why: a custom config may have a vocab_size below the GPT-2 tokenizer's 50 257 ids,
+        and torch's own error for that is a bare "index out of range in self"."""
+        vocab = (model if model is not None else self.model).config.vocab_size
+        bad = next((int(i) for i in ids if not 0 <= int(i) < vocab), None)
+        if bad is not None:
+            raise ValueError(
+                f"token {self.tokenizer.token_str(bad)!r} (id {bad:,}) is outside this model's vocabulary "
+                f"(vocab_size={vocab:,}); type text whose tokens are all below {vocab:,}, or use a model "
+                f"whose vocabulary covers the GPT-2 tokenizer (50,257 ids)"
+            )
+
     def _swap(self, model, info: ModelInfo) -> ModelInfo:
         model.eval()
         with self.lock:
@@ -368,6 +382,7 @@ class Session:
         context = self.prompt_context(text)
         with self.lock:
             model, version = self.model, self.version
+            self.check_token_ids(context.ids, model)
             with torch.inference_mode():
                 x = torch.as_tensor(context.ids, device=model.device)[None]  # (1, T)
                 logits = model(x, logits="last")[0, -1].float().cpu().numpy()  # (V,)
@@ -422,6 +437,7 @@ class Session:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         with self.lock:
             model, version = self.model, self.version
+            self.check_token_ids(ids, model)
             steps = generate(model, [int(i) for i in ids], max_new_tokens=int(settings.get("max_new_tokens", 50)),
                              temperature=settings.get("temperature", 1.0), top_k=settings.get("top_k"),
                              top_p=settings.get("top_p"), repetition_penalty=settings.get("repetition_penalty", 1.0),
