@@ -14,7 +14,8 @@ One run, the same random GPT-2-small weights and the same prompts on both sides:
 - recount: `count_parameters` on gpt2-xl (config built and validated too), in ms,
   next to HF's way of counting (build on the meta device, sum numel). Target <= 5 ms.
 
-Each figure is the median of several runs after a warm-up. `--quick` uses a tiny model so
+Each figure is the median of several runs after a warm-up, our runs and HF's
+interleaved so that other load on the machine falls on both sides alike. `--quick` uses a tiny model so
 a test can check that the bench runs; its timings mean nothing.
 """
 from __future__ import annotations
@@ -48,7 +49,7 @@ class Plan:
     decode_runs: int
 
 
-FULL = Plan(GPT2_SMALL, capture_tokens=64, prompt_tokens=16, new_tokens=128, runs=7, decode_runs=3)
+FULL = Plan(GPT2_SMALL, capture_tokens=64, prompt_tokens=16, new_tokens=128, runs=9, decode_runs=5)
 QUICK = Plan(TINY, capture_tokens=16, prompt_tokens=4, new_tokens=8, runs=2, decode_runs=1)
 
 
@@ -66,11 +67,30 @@ def timed(fn: Callable[[], object], runs: int, device: torch.device, warmup: int
     _sync(device)
     samples = []
     for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        _sync(device)
-        samples.append(time.perf_counter() - start)
+        samples.append(_once(fn, device))
     return statistics.median(samples), samples
+
+
+def timed_pair(ours: Callable[[], object], ref: Callable[[], object], runs: int, device: torch.device,
+               warmup: int = 1) -> tuple[float, float, list[float], list[float]]:
+    """Medians of both sides, their runs interleaved (ours, ref, ours, ref, ...) so that a
+    change in machine load in the middle of the bench hits both sides alike."""
+    for _ in range(warmup):
+        ours()
+        ref()
+    _sync(device)
+    ours_all, ref_all = [], []
+    for _ in range(runs):
+        ours_all.append(_once(ours, device))
+        ref_all.append(_once(ref, device))
+    return statistics.median(ours_all), statistics.median(ref_all), ours_all, ref_all
+
+
+def _once(fn: Callable[[], object], device: torch.device) -> float:
+    start = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - start
 
 
 def _hf_pair(shape: dict, device: torch.device):
@@ -109,8 +129,7 @@ def bench_forward_capture(hf, ours, ids: torch.Tensor, plan: Plan, device) -> di
     diff = max(float((cache[f"blocks.{i}.attn.hook_pattern"] - a).abs().max()) for i, a in enumerate(out.attentions))
     n_captured = len(cache)
     del cache, out
-    ours_s, ours_all = timed(run_ours, plan.runs, device)
-    ref_s, ref_all = timed(run_ref, plan.runs, device)
+    ours_s, ref_s, ours_all, ref_all = timed_pair(run_ours, run_ref, plan.runs, device)
     return dict(forward_capture_ms_ours=1e3 * ours_s, forward_capture_ms_ref=1e3 * ref_s,
                 forward_capture_ratio=ours_s / ref_s, forward_capture_pattern_max_abs_diff=diff,
                 forward_capture_tensors=n_captured,
@@ -136,8 +155,7 @@ def bench_decode(hf, ours, prompt: torch.Tensor, plan: Plan, device) -> dict:
         with torch.inference_mode():
             produced["ref"] = hf.generate(prompt, attention_mask=mask, generation_config=config)[0, prompt.shape[1]:].tolist()
 
-    ours_s, ours_all = timed(run_ours, plan.decode_runs, device)
-    ref_s, ref_all = timed(run_ref, plan.decode_runs, device)
+    ours_s, ref_s, ours_all, ref_all = timed_pair(run_ours, run_ref, plan.decode_runs, device)
     return dict(decode_tok_s_ours=n / ours_s, decode_tok_s_ref=n / ref_s, decode_ratio=ref_s / ours_s,
                 decode_same_tokens=produced["ours"] == produced["ref"], decode_new_tokens=n,
                 decode_prompt_tokens=int(prompt.shape[1]),
@@ -159,8 +177,7 @@ def bench_load(hf, plan: Plan, device) -> dict:
         def run_ref():
             return GPT2LMHeadModel.from_pretrained(folder).to(device)
 
-        ours_s, ours_all = timed(run_ours, plan.runs, device)
-        ref_s, ref_all = timed(run_ref, plan.runs, device)
+        ours_s, ref_s, ours_all, ref_all = timed_pair(run_ours, run_ref, plan.runs, device)
     return dict(load_s_ours=ours_s, load_s_ref=ref_s, load_ratio=ours_s / ref_s,
                 load_samples_s_ours=ours_all, load_samples_s_ref=ref_all)
 
@@ -233,7 +250,7 @@ def format_table(r: dict) -> str:
         f"{'tiny model (--quick: timings mean nothing)' if r['quick'] else 'GPT-2 small shape'}: "
         f"{shape['n_layer']} layers, width {shape['n_embd']}, vocab {shape['vocab_size']}; random weights",
         f"device {r['device']}, {r['torch_threads']} torch threads, torch {r['torch_version']}, "
-        f"transformers {r['transformers_version']}; median of {r['runs']} runs ({r['decode_runs']} for decode) after 1 warm-up",
+        f"transformers {r['transformers_version']}; median of {r['runs']} runs ({r['decode_runs']} for decode), ours and HF interleaved, after 1 warm-up",
         "",
         f"{'name':<16}{'ours':>14}{'reference':>14}{'ratio':>9}   target",
     ]

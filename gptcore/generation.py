@@ -20,7 +20,6 @@ from typing import Callable, Iterator, Sequence
 import torch
 
 from .sampling import (
-    GPT2_VOCAB,
     GenerationError,
     check_finite,
     check_settings,
@@ -32,9 +31,11 @@ from .sampling import (
     transformed_logits,
 )
 
+# next_token_distribution and top_alternatives live in .sampling; re-exported so the GUI
+# needs one import for the stream and for redrawing its bars from one forward's logits.
 __all__ = [
     "GenerationError", "GenerationStep", "check_settings", "generate", "next_token_distribution",
-    "top_alternatives", "GPT2_VOCAB",
+    "top_alternatives",
 ]
 
 EOT = 50256  # GPT-2's <|endoftext|>
