@@ -124,7 +124,13 @@ class ResidualController(QObject):
             self.run()  # the first sweep was waiting for a model
             return
         settings = self.last_settings.get("norms")
-        if settings is None or not session.has_model or not session.info.trained:
+        if settings is not None:
+            self._measure_reference(settings)
+
+    def _measure_reference(self, settings: dict) -> None:
+        """The loaded (trained) model's own curve, measured with the sweep's settings."""
+        session = self.ctx.session
+        if not session.has_model or not session.info.trained:
             return
         version = session.version
 
@@ -168,6 +174,8 @@ class ResidualController(QObject):
                 self.panel.set_reference(x, result.reference, result.reference_name)
             else:
                 self.panel.set_reference(None)
+                if not current:  # the model changed mid-sweep: its reference was measured on the old one
+                    self._measure_reference(settings)
         steps = len(curves.schemes) * len(curves.seeds) * len(results)
         elapsed = sum(r.elapsed_s for r in results)
         twice = " × 2 residual settings" if other is not None else ""

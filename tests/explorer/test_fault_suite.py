@@ -451,9 +451,6 @@ def test_fault_block_size_one_model_works_in_attention_and_generation(qtbot, run
 
 # --- not on the list: swapping the model during a residual sweep ----------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="residual controller: a swap while a sweep is in flight drops the "
-                   "sweep's stale reference but never measures the new model's (on_model_changed returns "
-                   "when no sweep has finished yet); reported, the residual helper's file")
 def test_fault_model_swap_during_residual_sweep_draws_the_new_models_curve(qtbot, runner, tmp_path):
     from explorer.controllers.residual import ResidualView
     from gptcore.probes.residual import model_residual_norms
