@@ -189,7 +189,7 @@ def main(argv=None) -> int:
     app.setOrganizationName("gpt-explorer")
     theme.apply_theme(app, None if args.theme == "system" else args.theme)
     if args.device == "cuda":  # only an explicit request pays for importing torch before the first paint
-        from .session import resolve_device
+        from .devices import resolve_device
 
         try:
             resolve_device("cuda")

@@ -16,16 +16,17 @@ Threading rules (workers call these methods from pool threads):
 """
 from __future__ import annotations
 
-import os
 import threading
-from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import numpy as np
 import torch
 
 from gptcore.config import GPTConfig
-from gptcore.params import count_parameters, format_bytes
+
+from .devices import check_fits, resolve_device
+from .results import (NO_MODEL, AttentionResult, Distribution, GeneratedToken, GradientResult, ModelInfo,
+                      NextTokenLogits, PromptContext, ReferenceCurve, ResidualResult)
 
 ProgressFn = Callable[[int, int, str], None]
 
@@ -35,71 +36,6 @@ UNTRAINED_HOW_TO = (
     "afterwards), File → Open checkpoint… (a Hugging Face folder, a .safetensors file or a "
     "nanoGPT ckpt.pt), or start with `gpt-explorer --model PATH`."
 )
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    name: str
-    trained: bool
-    source: str
-    config: dict = field(default_factory=dict)  # GPTConfig.to_dict()
-    device: str = "cpu"
-    dtype: str = "float32"
-    n_params: int = 0
-    memory_bytes: int = 0
-    tied: bool = True
-    note: str = ""  # "" or why the model is what it is (e.g. the untrained label)
-
-    @property
-    def loaded(self) -> bool:
-        return self.n_params > 0
-
-
-NO_MODEL = ModelInfo(name="(no model yet)", trained=False, source="", note="loading…")
-
-
-class BuildRefused(ValueError):
-    """A build that would not fit in memory; the message carries the estimate."""
-
-
-def resolve_device(device: str | torch.device | None = None) -> torch.device:
-    """'auto'/None -> the best device gptcore picks; anything else is taken as given."""
-    if device is None or str(device) == "auto":
-        try:
-            from gptcore.loading import default_device
-        except ImportError:  # gptcore.loading not present: same rule, CUDA else CPU
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        return torch.device(default_device())
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("CUDA was requested but no CUDA device is available; use --device cpu (or auto)")
-    return dev
-
-
-def available_memory(device: torch.device) -> int:
-    """Bytes free for new tensors on `device`: VRAM from the driver, RAM from /proc/meminfo."""
-    if device.type == "cuda":
-        free, _total = torch.cuda.mem_get_info(device)
-        return int(free)
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:  # other Unixes: free pages × page size (an underestimate, which is the safe side)
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 62  # unknown: do not refuse on a guess
-
-
-def build_memory_estimate(cfg: GPTConfig) -> int:
-    """Bytes a fresh fp32 model needs: the weights, plus one layer's largest matrix drawn on
-    the CPU by the initialiser before it is copied into place."""
-    count = count_parameters(cfg)
-    largest = max(cfg.vocab_size, cfg.d_mlp, 3 * cfg.n_embd) * cfg.n_embd
-    return count.memory_bytes("fp32") + 4 * largest
 
 
 def _model_info(model, *, name: str, trained: bool, source: str, note: str = "") -> ModelInfo:
@@ -222,15 +158,8 @@ class Session:
         return info
 
     def check_fits(self, cfg: GPTConfig, device: torch.device | None = None) -> None:
-        dev = device or self.device
-        need, have = build_memory_estimate(cfg), available_memory(dev)
-        if need > have:
-            count = count_parameters(cfg)
-            raise BuildRefused(
-                f"This model needs about {format_bytes(need)} ({count.total:,} parameters in fp32) "
-                f"but only {format_bytes(have)} is free on {dev}. Pick a smaller config "
-                f"(fewer layers, a narrower n_embd or a smaller vocabulary), or close other programs."
-            )
+        """Raise BuildRefused (with the estimate) when `cfg` would not fit on the device."""
+        check_fits(cfg, device or self.device)
 
     def load_default(self, progress: ProgressFn | None = None, cancel=None) -> ModelInfo:
         """GPT-2 small when it is in the local cache; otherwise the same shape with the gpt2
@@ -266,7 +195,7 @@ class Session:
     # A thin wrapper over gptcore.probes.attention: one forward with a bounded capture
     # (thumbnails for every head, full resolution for `full_layers`), numpy out.
     def attention(self, text: str, *, full_layers=(), thumb_size: int = 64, prepend_bos: bool = False,
-                  lens_top_k: int = 5) -> "AttentionResult":
+                  lens_top_k: int = 5) -> AttentionResult:
         """Every layer's and head's attention for `text` (cropped from the left to block_size)."""
         import time
 
@@ -312,7 +241,7 @@ class Session:
 
     def residual_norms(self, config: dict | None = None, schemes=None, seeds=(0, 1, 2), batch: int = 4,
                        length: int = 64, metric: str = "l2", tokens=None, progress: ProgressFn | None = None,
-                       cancel=None, with_model: bool = True) -> "ResidualResult":
+                       cancel=None, with_model: bool = True) -> ResidualResult:
         """Residual norm per layer boundary for each scheme (mean and spread over `seeds`),
         plus the loaded model's own curve on the same prompts when it is trained."""
         import time
@@ -331,7 +260,7 @@ class Session:
                               version=self.version if ref is None else ref.version, elapsed_s=elapsed)
 
     def model_residual_curve(self, batch: int = 4, length: int = 64, seed: int = 0, metric: str = "l2",
-                             tokens=None) -> "ReferenceCurve | None":
+                             tokens=None) -> ReferenceCurve | None:
         """The loaded model's own norm curve on the sweep's prompts (seed's random ids or
         `tokens`); None unless a trained model is loaded (random weights are the sweep's job)."""
         from gptcore.probes.residual import boundary_axis, model_residual_norms
@@ -346,7 +275,7 @@ class Session:
 
     def gradient_flow(self, config: dict | None = None, schemes=None, seeds=(0, 1, 2), batch: int = 4,
                       length: int = 64, quantity: str = "params", tokens=None, progress: ProgressFn | None = None,
-                      cancel=None) -> "GradientResult":
+                      cancel=None) -> GradientResult:
         """Per-block gradient norm of the LM loss on random targets, for each scheme."""
         import time
 
@@ -363,7 +292,7 @@ class Session:
     # Thin wrappers over gptcore.generation / gptcore.sampling. The pane runs ONE forward
     # per prompt (`next_token_logits`); every slider move reshapes those logits with
     # `distribution`, the same function the sampler uses, so the bars show what is drawn.
-    def prompt_context(self, text: str) -> "PromptContext":
+    def prompt_context(self, text: str) -> PromptContext:
         """The ids the model reads for `text`: <|endoftext|> when empty, the last
         block_size tokens when longer (tokenizer only, cheap enough for the GUI thread)."""
         tok = self.tokenizer
@@ -377,7 +306,7 @@ class Session:
         return PromptContext(ids=np.asarray(kept, dtype=np.int64), text=tok.decode(kept),
                              cropped=cropped, total_tokens=len(ids), from_eot=from_eot, block_size=block)
 
-    def next_token_logits(self, text: str) -> "NextTokenLogits":
+    def next_token_logits(self, text: str) -> NextTokenLogits:
         """One forward over the (cropped) prompt; the last position's logits as numpy."""
         context = self.prompt_context(text)
         with self.lock:
@@ -391,9 +320,9 @@ class Session:
         return NextTokenLogits(logits=logits, context=context, version=version,
                                vocab_limit=default_vocab_limit(logits.shape[0]))
 
-    def distribution(self, result: "NextTokenLogits", *, temperature: float = 1.0, top_k: int | None = None,
+    def distribution(self, result: NextTokenLogits, *, temperature: float = 1.0, top_k: int | None = None,
                      top_p: float | None = None, repetition_penalty: float = 1.0,
-                     rows: int = 20) -> "Distribution":
+                     rows: int = 20) -> Distribution:
         """The next-token distribution under the settings, from cached logits (no forward).
 
         Rows: the `rows` most likely tokens after the settings, then (where the settings
@@ -422,7 +351,7 @@ class Session:
             vocab=limit, entropy_bits=max(0.0, entropy),
         )
 
-    def generate_stream(self, ids, settings: dict, cancel=None) -> "Iterator[GeneratedToken]":
+    def generate_stream(self, ids, settings: dict, cancel=None) -> Iterator[GeneratedToken]:
         """Tokens one by one (KV-cached), each with its text and the alternatives it beat.
 
         The lock is taken per step, so other panels can run between tokens. The stream
@@ -455,121 +384,3 @@ class Session:
             alternatives = tuple((tok.token_str(t), p) for t, p in step.alternatives)
             yield GeneratedToken(token=step.token, text=text, prob=step.prob, alternatives=alternatives,
                                  position=step.position)
-
-
-# --- residual results ---
-@dataclass(frozen=True)
-class ResidualResult:
-    curves: object  # gptcore.probes.residual.Curves: numpy (S, K, P) values, x, labels, schemes, seeds
-    reference: np.ndarray | None  # (P',) the loaded trained model's own curve, or None
-    reference_name: str  # the model it was measured on ("" without one)
-    version: int  # Session.version when measured
-    elapsed_s: float  # seconds the scheme × seed sweep took
-
-
-@dataclass(frozen=True)
-class ReferenceCurve:
-    x: np.ndarray  # (P,) layer-boundary positions of the loaded model
-    y: np.ndarray  # (P,) its norms
-    name: str
-    version: int
-
-
-@dataclass(frozen=True)
-class GradientResult:
-    curves: object  # gptcore.probes.residual.Curves with quantity "grad-params" / "grad-stream"
-    version: int
-    elapsed_s: float
-
-
-# --- generation results ---
-@dataclass(frozen=True)
-class PromptContext:
-    ids: np.ndarray  # (T,) int64, what the model reads (T <= block_size)
-    text: str  # those ids decoded
-    cropped: int  # tokens dropped from the front (prompt longer than block_size)
-    total_tokens: int
-    from_eot: bool  # the prompt was empty: the model starts from <|endoftext|>
-    block_size: int
-
-
-@dataclass(frozen=True)
-class NextTokenLogits:
-    logits: np.ndarray  # (V,) float32, the last position's logits
-    context: PromptContext
-    version: int  # Session.version they were computed with
-    vocab_limit: int  # ids at or above this are padding, never drawn or shown
-
-
-@dataclass(frozen=True)
-class Distribution:
-    ids: np.ndarray  # (K,) int64 rows, most probable first (masked rows last)
-    strings: tuple[str, ...]
-    probs: np.ndarray  # (K,) after the settings, 0 where masked
-    model_probs: np.ndarray  # (K,) softmax(logits), T = 1, nothing masked
-    masked_count: int  # tokens (of `vocab`) the settings made impossible
-    masked_mass: float  # the model's probability mass on them
-    vocab: int
-    entropy_bits: float  # of the distribution after the settings
-
-
-@dataclass(frozen=True)
-class GeneratedToken:
-    token: int
-    text: str  # "" while a multi-byte character is incomplete
-    prob: float  # after the settings: what it was drawn with
-    alternatives: tuple[tuple[str, float], ...]  # (token text, probability), most likely first, incl. this token
-    position: int
-
-
-# --- attention results ---
-@dataclass(frozen=True)
-class AttentionResult:
-    """One prompt's attention, every layer and head (see gptcore.probes.attention)."""
-
-    text: str  # the prompt as given
-    token_ids: np.ndarray  # (T,) int64, what the model read (after cropping; BOS first if added)
-    tokens: tuple[str, ...]  # (T,) token texts
-    cropped: int  # the user's tokens dropped from the left to fit block_size
-    total_tokens: int  # the user's tokens before cropping
-    block_size: int
-    bos_added: bool
-    thumbnails: np.ndarray  # (L, nh, t, t) float32, t = min(T, thumb size); rows sum to 1, causal
-    bin_edges: np.ndarray  # (t + 1,) thumbnail bin b covers token positions [e[b], e[b+1])
-    full: dict  # layer -> (nh, T, T) float32 full-resolution patterns, for the requested layers
-    entropy: np.ndarray  # (L, nh) mean attention entropy (nats), queries 1..T-1
-    prev_token: np.ndarray  # (L, nh) mean weight on the previous token
-    first_token: np.ndarray  # (L, nh) mean weight on position 0
-    lens_ids: np.ndarray  # (L, k) logit lens at the last position: top tokens after each layer
-    lens_probs: np.ndarray  # (L, k)
-    lens_tokens: tuple[tuple[str, ...], ...]  # (L, k) their texts
-    version: int  # Session.version it was computed with
-    forward_s: float  # seconds the capture forward took
-
-    @property
-    def n_layer(self) -> int:
-        return self.thumbnails.shape[0]
-
-    @property
-    def n_head(self) -> int:
-        return self.thumbnails.shape[1]
-
-    @property
-    def n_tokens(self) -> int:
-        return len(self.token_ids)
-
-    @property
-    def exact(self) -> bool:
-        """True when the thumbnails are the full patterns (no pooling)."""
-        return self.thumbnails.shape[-1] == self.n_tokens
-
-    def has_full(self, layer: int) -> bool:
-        return self.exact or layer in self.full
-
-    def pattern(self, layer: int, head: int) -> np.ndarray:
-        """(T, T) full-resolution pattern of one head, if captured (see has_full)."""
-        if layer in self.full:
-            return self.full[layer][head]
-        if self.exact:
-            return self.thumbnails[layer, head]
-        raise KeyError(f"layer {layer} was captured as thumbnails only")

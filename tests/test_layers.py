@@ -2,7 +2,7 @@
 
 - gptcore never imports Qt or the app;
 - explorer/panels never import torch, gptcore or transformers (numpy in, intent signals out);
-- explorer/session.py never imports Qt;
+- explorer/session.py (and its devices.py) never imports Qt; explorer/results.py is numpy only;
 - transformers / huggingface_hub are imported only inside functions (importing gptcore stays fast).
 """
 from __future__ import annotations
@@ -19,6 +19,9 @@ RULES = [
     ("explorer/panels", ("torch", "gptcore", "transformers", "huggingface_hub", "safetensors"),
      "panels are passive views: numpy in, intent signals out"),
     ("explorer/session.py", QT, "the session is headless: no Qt"),
+    ("explorer/devices.py", QT, "the session's device and memory checks are headless: no Qt"),
+    ("explorer/results.py", QT + ("torch", "gptcore", "transformers", "safetensors"),
+     "results are numpy and plain values: panels and scripts read them without torch"),
 ]
 LAZY_ONLY = ("transformers", "huggingface_hub")
 
@@ -82,6 +85,7 @@ def test_the_checker_sees_a_forbidden_import(tmp_path):
     assert any("bad_panel.py:3: imports gptcore.model" in f for f in found)
 
 
-@pytest.mark.parametrize("place", ["gptcore", "explorer/panels", "explorer/session.py"])
+@pytest.mark.parametrize("place", ["gptcore", "explorer/panels", "explorer/session.py", "explorer/devices.py",
+                                   "explorer/results.py"])
 def test_each_ruled_place_exists(place):
     assert _python_files(place), f"{place} has no Python files: the rule would pass vacuously"

@@ -101,7 +101,7 @@ class ConfigController(QObject):
 
     # -- building ----------------------------------------------------------------------------------
     def on_build(self, scheme: str, seed) -> None:
-        from ..session import BuildRefused
+        from ..devices import BuildRefused
 
         session, cfg = self.ctx.session, self.config
         self._save_settings(scheme, seed)

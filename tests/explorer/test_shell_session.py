@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from explorer.session import BuildRefused, Session, build_memory_estimate
+from explorer.devices import BuildRefused, build_memory_estimate
+from explorer.session import Session
 from gptcore.config import ConfigError, GPTConfig
 from gptcore.params import count_parameters
 

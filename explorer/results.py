@@ -1,0 +1,151 @@
+"""What the session hands out: frozen dataclasses of numpy arrays and plain values.
+
+They live apart from `session.py` so that whoever only reads results (panels, controllers,
+scripts, tests) never needs the session's imports: this module imports numpy and nothing
+else heavy (no torch, no gptcore, no Qt; tests/test_layers.py holds it to that).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+# --- the model ---
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    trained: bool
+    source: str
+    config: dict = field(default_factory=dict)  # GPTConfig.to_dict()
+    device: str = "cpu"
+    dtype: str = "float32"
+    n_params: int = 0
+    memory_bytes: int = 0
+    tied: bool = True
+    note: str = ""  # "" or why the model is what it is (e.g. the untrained label)
+
+    @property
+    def loaded(self) -> bool:
+        return self.n_params > 0
+
+
+NO_MODEL = ModelInfo(name="(no model yet)", trained=False, source="", note="loading…")
+
+
+# --- residual results ---
+@dataclass(frozen=True)
+class ResidualResult:
+    curves: object  # gptcore.probes.residual.Curves: numpy (S, K, P) values, x, labels, schemes, seeds
+    reference: np.ndarray | None  # (P',) the loaded trained model's own curve, or None
+    reference_name: str  # the model it was measured on ("" without one)
+    version: int  # Session.version when measured
+    elapsed_s: float  # seconds the scheme × seed sweep took
+
+
+@dataclass(frozen=True)
+class ReferenceCurve:
+    x: np.ndarray  # (P,) layer-boundary positions of the loaded model
+    y: np.ndarray  # (P,) its norms
+    name: str
+    version: int
+
+
+@dataclass(frozen=True)
+class GradientResult:
+    curves: object  # gptcore.probes.residual.Curves with quantity "grad-params" / "grad-stream"
+    version: int
+    elapsed_s: float
+
+
+# --- generation results ---
+@dataclass(frozen=True)
+class PromptContext:
+    ids: np.ndarray  # (T,) int64, what the model reads (T <= block_size)
+    text: str  # those ids decoded
+    cropped: int  # tokens dropped from the front (prompt longer than block_size)
+    total_tokens: int
+    from_eot: bool  # the prompt was empty: the model starts from <|endoftext|>
+    block_size: int
+
+
+@dataclass(frozen=True)
+class NextTokenLogits:
+    logits: np.ndarray  # (V,) float32, the last position's logits
+    context: PromptContext
+    version: int  # Session.version they were computed with
+    vocab_limit: int  # ids at or above this are padding, never drawn or shown
+
+
+@dataclass(frozen=True)
+class Distribution:
+    ids: np.ndarray  # (K,) int64 rows, most probable first (masked rows last)
+    strings: tuple[str, ...]
+    probs: np.ndarray  # (K,) after the settings, 0 where masked
+    model_probs: np.ndarray  # (K,) softmax(logits), T = 1, nothing masked
+    masked_count: int  # tokens (of `vocab`) the settings made impossible
+    masked_mass: float  # the model's probability mass on them
+    vocab: int
+    entropy_bits: float  # of the distribution after the settings
+
+
+@dataclass(frozen=True)
+class GeneratedToken:
+    token: int
+    text: str  # "" while a multi-byte character is incomplete
+    prob: float  # after the settings: what it was drawn with
+    alternatives: tuple[tuple[str, float], ...]  # (token text, probability), most likely first, incl. this token
+    position: int
+
+
+# --- attention results ---
+@dataclass(frozen=True)
+class AttentionResult:
+    """One prompt's attention, every layer and head (see gptcore.probes.attention)."""
+
+    text: str  # the prompt as given
+    token_ids: np.ndarray  # (T,) int64, what the model read (after cropping; BOS first if added)
+    tokens: tuple[str, ...]  # (T,) token texts
+    cropped: int  # the user's tokens dropped from the left to fit block_size
+    total_tokens: int  # the user's tokens before cropping
+    block_size: int
+    bos_added: bool
+    thumbnails: np.ndarray  # (L, nh, t, t) float32, t = min(T, thumb size); rows sum to 1, causal
+    bin_edges: np.ndarray  # (t + 1,) thumbnail bin b covers token positions [e[b], e[b+1])
+    full: dict  # layer -> (nh, T, T) float32 full-resolution patterns, for the requested layers
+    entropy: np.ndarray  # (L, nh) mean attention entropy (nats), queries 1..T-1
+    prev_token: np.ndarray  # (L, nh) mean weight on the previous token
+    first_token: np.ndarray  # (L, nh) mean weight on position 0
+    lens_ids: np.ndarray  # (L, k) logit lens at the last position: top tokens after each layer
+    lens_probs: np.ndarray  # (L, k)
+    lens_tokens: tuple[tuple[str, ...], ...]  # (L, k) their texts
+    version: int  # Session.version it was computed with
+    forward_s: float  # seconds the capture forward took
+
+    @property
+    def n_layer(self) -> int:
+        return self.thumbnails.shape[0]
+
+    @property
+    def n_head(self) -> int:
+        return self.thumbnails.shape[1]
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def exact(self) -> bool:
+        """True when the thumbnails are the full patterns (no pooling)."""
+        return self.thumbnails.shape[-1] == self.n_tokens
+
+    def has_full(self, layer: int) -> bool:
+        return self.exact or layer in self.full
+
+    def pattern(self, layer: int, head: int) -> np.ndarray:
+        """(T, T) full-resolution pattern of one head, if captured (see has_full)."""
+        if layer in self.full:
+            return self.full[layer][head]
+        if self.exact:
+            return self.thumbnails[layer, head]
+        raise KeyError(f"layer {layer} was captured as thumbnails only")
