@@ -1,4 +1,5 @@
-"""The main window: tabs from the panel registry, menus, status bar, model loading.
+"""The main window: tabs from the panel registry, menus, the error dialog; composes the
+status bar and banner (status_bar.py) and the model-loading actions (model_loading.py).
 
 Panels are built lazily, the first time their tab is shown (and, for panels that need a
 model, once the first model is ready), so the window paints at once and only the
@@ -13,34 +14,24 @@ creates the session in a worker (`start()`), because importing torch takes secon
 from __future__ import annotations
 
 import logging
-import os
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import (QFileDialog, QLabel, QMainWindow, QMessageBox, QProgressDialog, QStackedLayout,
-                               QTabWidget, QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QLabel, QMainWindow, QMessageBox, QProgressDialog, QStackedLayout, QTabWidget,
+                               QVBoxLayout, QWidget)
 
 from . import theme
 from .errors import explain, log_exception
+from .model_loading import ModelLoading
 from .registry import PANELS, PanelContext, PanelSpec
-from .workers import MODEL_TASK, Cancelled, TaskRunner
+from .status_bar import ModelStatusBar, UntrainedBanner
+from .workers import MODEL_TASK, TaskRunner
 
 if TYPE_CHECKING:
     from .session import Session
 
 log = logging.getLogger("explorer")
-
-CHECKPOINT_FILTER = "Checkpoints (*.safetensors *.pt *.pth *.bin *.ckpt);;All files (*)"
-
-
-def _rss_bytes() -> int:
-    """Resident memory of this process (Linux /proc; 0 where unknown)."""
-    try:
-        with open("/proc/self/statm", encoding="ascii") as fh:
-            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 class _PanelSlot(QWidget):
@@ -66,7 +57,7 @@ class _PanelSlot(QWidget):
         return self.panel
 
 
-class MainWindow(QMainWindow):
+class MainWindow(ModelLoading, QMainWindow):
     modelChanged = Signal()  # after the status bar and every built panel saw the new model
 
     def __init__(self, session: "Session | None", runner: TaskRunner, *, settings: QSettings | None = None,
@@ -87,12 +78,8 @@ class MainWindow(QMainWindow):
         central = QWidget()
         layout = QVBoxLayout(central)
         layout.setContentsMargins(6, 6, 6, 0)
-        self.banner = QLabel()
-        self.banner.setObjectName("untrainedBanner")
-        self.banner.setWordWrap(True)
-        self.banner.setTextFormat(Qt.TextFormat.RichText)
+        self.banner = UntrainedBanner()
         self.banner.linkActivated.connect(self._banner_link)
-        self.banner.hide()
         layout.addWidget(self.banner)
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
@@ -118,20 +105,11 @@ class MainWindow(QMainWindow):
 
     # -- building the window ---------------------------------------------------------------
     def _build_status_bar(self) -> None:
-        bar = self.statusBar()
-        self.status_labels: dict[str, QLabel] = {}
-        for key in ("activity", "model", "trained", "device", "dtype", "params", "memory"):
-            label = QLabel()
-            label.setObjectName("trainedBadge" if key == "trained" else f"status_{key}")
-            self.status_labels[key] = label
-            bar.addPermanentWidget(label)
-            if key == "activity":
-                self.cancel_button = QToolButton()
-                self.cancel_button.setText("Cancel")
-                self.cancel_button.setToolTip("Stop loading (the current model stays)")
-                self.cancel_button.clicked.connect(lambda: self.runner.cancel(MODEL_TASK))
-                self.cancel_button.hide()
-                bar.addPermanentWidget(self.cancel_button)
+        self.status_bar = ModelStatusBar()
+        self.status_bar.cancelRequested.connect(lambda: self.runner.cancel(MODEL_TASK))
+        self.setStatusBar(self.status_bar)
+        self.status_labels = self.status_bar.labels
+        self.cancel_button = self.status_bar.cancel_button
 
     def _action(self, menu, text: str, slot, shortcut=None, icon: str | None = None, tip: str = "") -> QAction:
         action = QAction(text, self)
@@ -199,7 +177,7 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(text, timeout_ms)
 
     def set_activity(self, text: str) -> None:
-        self.status_labels["activity"].setText(text)
+        self.status_bar.set_activity(text)
 
     def report_error(self, title: str, exc_or_text) -> None:
         """Error dialog (non-blocking) + log line; the window stays usable."""
@@ -221,127 +199,6 @@ class MainWindow(QMainWindow):
     @property
     def error_dialog(self) -> QMessageBox | None:
         return self._error_box if self._error_box is not None and self._error_box.isVisible() else None
-
-    # -- model loading -----------------------------------------------------------------------------
-    def start(self, source: str | None = None, device: str | None = None) -> None:
-        """Create the session in a worker (importing torch there) and load `source` or the default.
-
-        A failed `source` still leaves a session (without a model), so the user can open another.
-        """
-        def make_session(token, progress):
-            from .session import Session  # imports torch: seconds, so never on the GUI thread
-
-            session = Session(device=device)
-            session.device  # resolve it here too (asking CUDA is slow)
-            return session
-
-        def attach(session) -> None:
-            self.attach_session(session)  # the Config panel works from here on
-            if source:
-                self.load_model(source)
-            else:
-                self.load_default()
-
-        self._run_model_task("Starting", make_session, on_result=attach)
-
-    def attach_session(self, session: "Session") -> None:
-        self.session = self.ctx.session = session
-        self._refresh_if_swapped()
-
-    def load_model(self, source: str) -> None:
-        if self.session is None:
-            self.show_message("Still starting; try again in a moment.", 3000)
-            return
-        self._run_model_task(f"Loading {source}", lambda token, progress: self.session.load(
-            source, progress=progress, cancel=token))
-
-    def load_default(self) -> None:
-        """GPT-2 small from the cache, else the untrained stand-in at once and (when the hub is
-        reachable and `auto_download`) the real weights downloaded in the background."""
-        if self.session is None:
-            self.start()
-            return
-
-        def loaded(info) -> None:
-            self.notify_model_changed()
-            if not info.trained and self.auto_download:
-                from gptcore.hub import hub_offline
-
-                if not hub_offline():
-                    self.download_default()
-
-        self._run_model_task("Loading GPT-2 small", lambda token, progress: self.session.load_default(
-            progress=progress, cancel=token), on_result=loaded)
-
-    def download_default(self) -> None:
-        """Try to fetch GPT-2 small; failure (offline) is a status message, not a dialog: the
-        untrained stand-in is already loaded and its banner says how to get real weights."""
-        def failed(exc: BaseException) -> None:
-            if not isinstance(exc, Cancelled):
-                log_exception("Downloading GPT-2 small", exc)
-                self.show_message(f"GPT-2 small could not be downloaded: {str(exc).splitlines()[0]}", 15000)
-
-        self._run_model_task("Downloading GPT-2 small", lambda token, progress: self.session.load(
-            "gpt2", progress=progress, cancel=token), on_error=failed)
-
-    def _run_model_task(self, title: str, fn, on_result=None, on_error=None) -> None:
-        self.show_message(f"{title}…")
-        self.set_activity(f"{title}…")
-        self.cancel_button.show()
-
-        def report(exc: BaseException) -> None:
-            if not isinstance(exc, Cancelled) and type(exc).__name__ != "LoadCancelled":
-                self.report_error(title, exc)
-
-        def on_finished() -> None:
-            self._close_progress()
-            self.cancel_button.hide()
-            self.set_activity("")
-            self._refresh_if_swapped()
-            self.show_message("")
-
-        self.runner.submit(MODEL_TASK, fn, on_result=on_result or (lambda _info: self.notify_model_changed()),
-                           on_error=on_error or report, on_progress=lambda d, t, m: self._show_progress(title, d, t, m),
-                           on_finished=on_finished)
-
-    def _show_progress(self, title: str, done: int, total: int, message: str) -> None:
-        if self._progress is None:
-            dlg = QProgressDialog(title, "Cancel", 0, 100, self)
-            dlg.setWindowTitle(title)
-            dlg.setMinimumDuration(500)  # quick loads from the cache never flash a dialog
-            dlg.setAutoClose(False)
-            dlg.setAutoReset(False)
-            dlg.canceled.connect(lambda: self.runner.cancel(MODEL_TASK))
-            self._progress = dlg
-        self._progress.setLabelText(f"{title}\n{message}" if message else title)
-        self._progress.setMaximum(max(int(total), 1))
-        self._progress.setValue(min(int(done), max(int(total), 1)))
-
-    def _close_progress(self) -> None:
-        if self._progress is not None:
-            self._progress.close()
-            self._progress.deleteLater()
-            self._progress = None
-
-    def _open_file(self) -> None:
-        start = self.settings.value("last_dir", os.path.expanduser("~"))
-        path, _ = QFileDialog.getOpenFileName(self, "Open checkpoint file", start, CHECKPOINT_FILTER)
-        if path:
-            self.settings.setValue("last_dir", os.path.dirname(path))
-            self.load_model(path)
-
-    def _open_folder(self) -> None:
-        start = self.settings.value("last_dir", os.path.expanduser("~"))
-        path = QFileDialog.getExistingDirectory(self, "Open checkpoint folder", start)
-        if path:
-            self.settings.setValue("last_dir", os.path.dirname(path))
-            self.load_model(path)
-
-    def _banner_link(self, link: str) -> None:
-        if link == "load-gpt2":
-            self.load_model("gpt2")
-        elif link == "open":
-            self._open_file()
 
     # -- reacting to a model swap ----------------------------------------------------------------
     def notify_model_changed(self) -> None:
@@ -365,59 +222,18 @@ class MainWindow(QMainWindow):
         self.modelChanged.emit()
 
     def _update_status(self) -> None:
-        from gptcore.params import format_count
-
-        labels = self.status_labels
         if self.session is None:  # starting: importing the session means importing torch, so not here
-            for key, label in labels.items():
-                label.setText("(no model yet)" if key == "model" else "")
+            self.status_bar.show_starting()
             return
-        info = self.session.info
-        has_model = self.session.has_model
-        labels["model"].setText(info.name)
-        labels["model"].setToolTip(info.source)
-        if not has_model:
-            labels["trained"].setText("")
-        else:
-            labels["trained"].setText("trained" if info.trained else "UNTRAINED")
-        labels["trained"].setProperty("trained", "true" if info.trained else "false")
-        theme.restyle(labels["trained"])
-        labels["device"].setText(info.device if has_model else "")
-        labels["dtype"].setText(info.dtype if has_model else "")
-        labels["params"].setText(f"{format_count(info.n_params)} params" if info.n_params else "")
-        labels["params"].setToolTip(f"{info.n_params:,} parameters ({'tied' if info.tied else 'untied'} head)")
+        info, has_model = self.session.info, self.session.has_model
+        self.status_bar.show_model(info, has_model)
         self._update_memory()
-        if has_model and not info.trained:
-            from .session import UNTRAINED_HOW_TO
-
-            what = (info.note.split(UNTRAINED_HOW_TO)[0].replace("UNTRAINED — ", "").strip().rstrip(".")
-                    or "freshly initialised weights: its outputs are noise")
-            self.banner.setText(
-                f"<b>UNTRAINED model</b> — {what}. &nbsp;<a href='load-gpt2'>Load GPT-2 small…</a> · "
-                f"<a href='open'>Open checkpoint…</a> · or start with <code>gpt-explorer --model PATH</code>")
-            self.banner.setToolTip(info.note)
-            self.banner.show()
-        else:
-            self.banner.hide()
+        self.banner.show_for(info, has_model)
         self.setWindowTitle(f"GPT Explorer — {info.name}" if has_model else "GPT Explorer")
 
     def _update_memory(self) -> None:
-        from gptcore.params import format_bytes
-
-        if self.session is None:
-            return
-        info = self.session.info
-        parts = []
-        if info.memory_bytes:
-            parts.append(f"weights {format_bytes(info.memory_bytes)}")
-        rss = _rss_bytes()
-        if rss:
-            parts.append(f"process {format_bytes(rss)}")
-        if info.device.startswith("cuda"):
-            import torch
-
-            parts.append(f"GPU {format_bytes(torch.cuda.memory_allocated(info.device))}")
-        self.status_labels["memory"].setText(" · ".join(parts))
+        if self.session is not None:
+            self.status_bar.show_memory(self.session.info)
 
     # -- about, settings, closing ------------------------------------------------------------------
     def about_text(self) -> str:

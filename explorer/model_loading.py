@@ -1,0 +1,149 @@
+"""The main window's model-loading half: every model swap the window starts, as one task.
+
+Starting the session, loading a checkpoint, the default model and the background GPT-2
+download all run as the runner's MODEL_TASK (so a newer request supersedes an older one),
+with the same feedback: an activity note and Cancel button in the status bar, a progress
+dialog for loads that take longer than half a second, and failures as the error dialog
+(a cancel is not a failure). Whatever fails, the current model stays.
+
+`ModelLoading` is mixed into MainWindow, which provides `session`, `ctx`, `runner`,
+`settings`, `cancel_button`, `auto_download`, `_progress`, `show_message`,
+`set_activity`, `report_error`, `notify_model_changed` and `_refresh_if_swapped`.
+"""
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from PySide6.QtWidgets import QFileDialog, QProgressDialog
+
+from .errors import log_exception
+from .workers import MODEL_TASK, Cancelled
+
+if TYPE_CHECKING:
+    from .session import Session
+
+CHECKPOINT_FILTER = "Checkpoints (*.safetensors *.pt *.pth *.bin *.ckpt);;All files (*)"
+
+
+class ModelLoading:
+    def start(self, source: str | None = None, device: str | None = None) -> None:
+        """Create the session in a worker (importing torch there) and load `source` or the default.
+
+        A failed `source` still leaves a session (without a model), so the user can open another.
+        """
+        def make_session(token, progress):
+            from .session import Session  # imports torch: seconds, so never on the GUI thread
+
+            session = Session(device=device)
+            session.device  # resolve it here too (asking CUDA is slow)
+            return session
+
+        def attach(session) -> None:
+            self.attach_session(session)  # the Config panel works from here on
+            if source:
+                self.load_model(source)
+            else:
+                self.load_default()
+
+        self._run_model_task("Starting", make_session, on_result=attach)
+
+    def attach_session(self, session: "Session") -> None:
+        self.session = self.ctx.session = session
+        self._refresh_if_swapped()
+
+    def load_model(self, source: str) -> None:
+        if self.session is None:
+            self.show_message("Still starting; try again in a moment.", 3000)
+            return
+        self._run_model_task(f"Loading {source}", lambda token, progress: self.session.load(
+            source, progress=progress, cancel=token))
+
+    def load_default(self) -> None:
+        """GPT-2 small from the cache, else the untrained stand-in at once and (when the hub is
+        reachable and `auto_download`) the real weights downloaded in the background."""
+        if self.session is None:
+            self.start()
+            return
+
+        def loaded(info) -> None:
+            self.notify_model_changed()
+            if not info.trained and self.auto_download:
+                from gptcore.hub import hub_offline
+
+                if not hub_offline():
+                    self.download_default()
+
+        self._run_model_task("Loading GPT-2 small", lambda token, progress: self.session.load_default(
+            progress=progress, cancel=token), on_result=loaded)
+
+    def download_default(self) -> None:
+        """Try to fetch GPT-2 small; failure (offline) is a status message, not a dialog: the
+        untrained stand-in is already loaded and its banner says how to get real weights."""
+        def failed(exc: BaseException) -> None:
+            if not isinstance(exc, Cancelled):
+                log_exception("Downloading GPT-2 small", exc)
+                self.show_message(f"GPT-2 small could not be downloaded: {str(exc).splitlines()[0]}", 15000)
+
+        self._run_model_task("Downloading GPT-2 small", lambda token, progress: self.session.load(
+            "gpt2", progress=progress, cancel=token), on_error=failed)
+
+    def _run_model_task(self, title: str, fn, on_result=None, on_error=None) -> None:
+        self.show_message(f"{title}…")
+        self.set_activity(f"{title}…")
+        self.cancel_button.show()
+
+        def report(exc: BaseException) -> None:
+            if not isinstance(exc, Cancelled) and type(exc).__name__ != "LoadCancelled":
+                self.report_error(title, exc)
+
+        def on_finished() -> None:
+            self._close_progress()
+            self.cancel_button.hide()
+            self.set_activity("")
+            self._refresh_if_swapped()
+            self.show_message("")
+
+        self.runner.submit(MODEL_TASK, fn, on_result=on_result or (lambda _info: self.notify_model_changed()),
+                           on_error=on_error or report, on_progress=lambda d, t, m: self._show_progress(title, d, t, m),
+                           on_finished=on_finished)
+
+    def _show_progress(self, title: str, done: int, total: int, message: str) -> None:
+        if self._progress is None:
+            dlg = QProgressDialog(title, "Cancel", 0, 100, self)
+            dlg.setWindowTitle(title)
+            dlg.setMinimumDuration(500)  # quick loads from the cache never flash a dialog
+            dlg.setAutoClose(False)
+            dlg.setAutoReset(False)
+            dlg.canceled.connect(lambda: self.runner.cancel(MODEL_TASK))
+            self._progress = dlg
+        self._progress.setLabelText(f"{title}\n{message}" if message else title)
+        self._progress.setMaximum(max(int(total), 1))
+        self._progress.setValue(min(int(done), max(int(total), 1)))
+
+    def _close_progress(self) -> None:
+        if self._progress is not None:
+            self._progress.close()
+            self._progress.deleteLater()
+            self._progress = None
+
+    # -- choosing what to load -----------------------------------------------------------------------
+    def _open_file(self) -> None:
+        start = self.settings.value("last_dir", os.path.expanduser("~"))
+        path, _ = QFileDialog.getOpenFileName(self, "Open checkpoint file", start, CHECKPOINT_FILTER)
+        if path:
+            self.settings.setValue("last_dir", os.path.dirname(path))
+            self.load_model(path)
+
+    def _open_folder(self) -> None:
+        start = self.settings.value("last_dir", os.path.expanduser("~"))
+        path = QFileDialog.getExistingDirectory(self, "Open checkpoint folder", start)
+        if path:
+            self.settings.setValue("last_dir", os.path.dirname(path))
+            self.load_model(path)
+
+    def _banner_link(self, link: str) -> None:
+        if link == "load-gpt2":
+            self.load_model("gpt2")
+        elif link == "open":
+            self._open_file()

@@ -1,0 +1,117 @@
+"""The window's model facts: the status bar (activity with its Cancel button, model name,
+trained badge, device, dtype, parameters, memory) and the UNTRAINED banner above the tabs.
+
+Both only display a ModelInfo; the window decides when (after every model swap, and every
+2 s for the memory figure). gptcore and torch are imported inside the methods: the window
+paints before the session (and torch) exists.
+"""
+from __future__ import annotations
+
+import os
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QLabel, QStatusBar, QToolButton, QWidget
+
+from . import theme
+
+STATUS_KEYS = ("activity", "model", "trained", "device", "dtype", "params", "memory")
+
+
+def rss_bytes() -> int:
+    """Resident memory of this process (Linux /proc; 0 where unknown)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+class ModelStatusBar(QStatusBar):
+    """One permanent label per STATUS_KEYS entry (`labels`), and a Cancel button after the
+    activity note, shown while a model task runs."""
+
+    cancelRequested = Signal()
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.labels: dict[str, QLabel] = {}
+        for key in STATUS_KEYS:
+            label = QLabel()
+            label.setObjectName("trainedBadge" if key == "trained" else f"status_{key}")
+            self.labels[key] = label
+            self.addPermanentWidget(label)
+            if key == "activity":
+                self.cancel_button = QToolButton()
+                self.cancel_button.setText("Cancel")
+                self.cancel_button.setToolTip("Stop loading (the current model stays)")
+                self.cancel_button.clicked.connect(self.cancelRequested)
+                self.cancel_button.hide()
+                self.addPermanentWidget(self.cancel_button)
+
+    def set_activity(self, text: str) -> None:
+        self.labels["activity"].setText(text)
+
+    def show_starting(self) -> None:
+        """No session yet (importing it means importing torch, so the window waits)."""
+        for key, label in self.labels.items():
+            label.setText("(no model yet)" if key == "model" else "")
+
+    def show_model(self, info, has_model: bool) -> None:
+        """Name, trained badge, device, dtype and parameter count of `info` (a ModelInfo)."""
+        from gptcore.params import format_count
+
+        labels = self.labels
+        labels["model"].setText(info.name)
+        labels["model"].setToolTip(info.source)
+        if not has_model:
+            labels["trained"].setText("")
+        else:
+            labels["trained"].setText("trained" if info.trained else "UNTRAINED")
+        labels["trained"].setProperty("trained", "true" if info.trained else "false")
+        theme.restyle(labels["trained"])
+        labels["device"].setText(info.device if has_model else "")
+        labels["dtype"].setText(info.dtype if has_model else "")
+        labels["params"].setText(f"{format_count(info.n_params)} params" if info.n_params else "")
+        labels["params"].setToolTip(f"{info.n_params:,} parameters ({'tied' if info.tied else 'untied'} head)")
+
+    def show_memory(self, info) -> None:
+        """Weights of `info`, this process's resident memory, and GPU memory on CUDA."""
+        from gptcore.params import format_bytes
+
+        parts = []
+        if info.memory_bytes:
+            parts.append(f"weights {format_bytes(info.memory_bytes)}")
+        rss = rss_bytes()
+        if rss:
+            parts.append(f"process {format_bytes(rss)}")
+        if info.device.startswith("cuda"):
+            import torch
+
+            parts.append(f"GPU {format_bytes(torch.cuda.memory_allocated(info.device))}")
+        self.labels["memory"].setText(" · ".join(parts))
+
+
+class UntrainedBanner(QLabel):
+    """Above the tabs while the loaded model is untrained: what it is, with links to real
+    weights (`linkActivated` gives "load-gpt2" or "open")."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("untrainedBanner")
+        self.setWordWrap(True)
+        self.setTextFormat(Qt.TextFormat.RichText)
+        self.hide()
+
+    def show_for(self, info, has_model: bool) -> None:
+        if not (has_model and not info.trained):
+            self.hide()
+            return
+        from .session import UNTRAINED_HOW_TO
+
+        what = (info.note.split(UNTRAINED_HOW_TO)[0].replace("UNTRAINED — ", "").strip().rstrip(".")
+                or "freshly initialised weights: its outputs are noise")
+        self.setText(
+            f"<b>UNTRAINED model</b> — {what}. &nbsp;<a href='load-gpt2'>Load GPT-2 small…</a> · "
+            f"<a href='open'>Open checkpoint…</a> · or start with <code>gpt-explorer --model PATH</code>")
+        self.setToolTip(info.note)
+        self.show()
