@@ -15,7 +15,8 @@ from PySide6.QtWidgets import QVBoxLayout, QWidget
 from gptcore.config import PRESETS, ConfigError, GPTConfig
 from gptcore.params import count_parameters, format_bytes, format_count
 
-from ..panels.config_panel import ComponentRow, ConfigPanel, ParamReadout
+from ..panels.config_panel import ConfigPanel
+from ..panels.param_readout import ComponentRow, ParamReadout
 from ..registry import PanelContext
 from ..workers import MODEL_TASK
 

@@ -1,4 +1,5 @@
-"""Config & parameters panel (passive view): a form for every GPTConfig field and a readout.
+"""Config & parameters panel (passive view): a form for every GPTConfig field, the Build
+box, and the parameter readout beside them (param_readout.py).
 
 The view knows nothing about models: the controller (explorer/controllers/config.py)
 feeds it plain numbers (`ParamReadout`) and listens to its intent signals. Editing a
@@ -7,13 +8,12 @@ with `set_field_error(field, message)`, in which case the last valid readout sta
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QGridLayout, QGroupBox, QLabel,
+                               QLineEdit, QProgressBar, QPushButton, QScrollArea, QSpinBox, QSplitter, QVBoxLayout,
+                               QWidget)
 
-import pyqtgraph as pg
-from PySide6.QtCore import QSize, Qt, Signal
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QGridLayout, QGroupBox,
-                               QHBoxLayout, QHeaderView, QLabel, QLineEdit, QProgressBar, QPushButton, QScrollArea,
-                               QSizePolicy, QSpinBox, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+from .param_readout import ParamReadout, ParamReadoutView
 
 CUSTOM = "custom"
 
@@ -36,43 +36,6 @@ FIELDS = (
 QKV_CHOICES = (("follow bias", None), ("on", True), ("off", False))
 
 
-@dataclass(frozen=True)
-class ComponentRow:
-    name: str
-    per_block: int  # 0 outside the blocks
-    total: int
-    in_blocks: bool
-
-
-@dataclass(frozen=True)
-class ParamReadout:
-    """Everything the readout shows, as plain values (the controller computes and formats)."""
-
-    total: int
-    total_text: str  # e.g. "124.44M"
-    tied: bool
-    tied_total: int
-    untied_total: int
-    tie_saving: int
-    vocab_size: int
-    n_embd: int
-    n_layer: int
-    per_block: int
-    non_embedding: int  # nanoGPT: total minus the position table
-    kaplan_non_embedding: int  # Kaplan et al.: total minus both embedding tables
-    components: tuple[ComponentRow, ...]
-    memory: tuple[tuple[str, str], ...]  # (what, formatted bytes)
-
-
-class _FitTable(QTableWidget):
-    """Asks for the height of all its rows, so the total row is not hidden when there is room."""
-
-    def sizeHint(self) -> QSize:
-        hint = super().sizeHint()
-        rows = sum(self.rowHeight(i) for i in range(self.rowCount()))
-        return QSize(hint.width(), self.horizontalHeader().height() + rows + 2 * self.frameWidth())
-
-
 def _restyle(widget: QWidget) -> None:
     widget.style().unpolish(widget)
     widget.style().polish(widget)
@@ -90,7 +53,12 @@ class ConfigPanel(QWidget):
         self.inputs: dict[str, QWidget] = {}
         splitter = QSplitter(Qt.Orientation.Horizontal)
         splitter.addWidget(self._make_form_side())
-        splitter.addWidget(self._make_readout_side())
+        self.readout = ParamReadoutView()
+        splitter.addWidget(self.readout)
+        # The readout's parts, by the names the controller's tests read them under.
+        r = self.readout
+        self.total_label, self.figure_labels, self.memory_label = r.total_label, r.figure_labels, r.memory_label
+        self.table, self.chart, self.bars = r.table, r.chart, r.bars
         splitter.setStretchFactor(0, 0)
         splitter.setStretchFactor(1, 1)
         splitter.setChildrenCollapsible(False)
@@ -194,69 +162,6 @@ class ConfigPanel(QWidget):
             w.valueChanged.connect(self._edited)
         return w
 
-    def _make_readout_side(self) -> QWidget:
-        side = QWidget()
-        column = QVBoxLayout(side)
-        column.setContentsMargins(6, 0, 0, 0)
-        self.total_label = QLabel("")
-        self.total_label.setObjectName("readoutBig")
-        self.total_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        column.addWidget(self.total_label)
-
-        figures = QGridLayout()
-        figures.setHorizontalSpacing(18)
-        self.figure_labels: dict[str, QLabel] = {}
-        rows = (("tied", "tied head"), ("untied", "untied head"), ("difference", "difference"),
-                ("nanogpt", "non-embedding (nanoGPT)"), ("kaplan", "non-embedding (Kaplan)"))
-        for r, (key, title) in enumerate(rows):
-            name = QLabel(title)
-            value = QLabel("")
-            value.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-            value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-            note = QLabel("")
-            note.setObjectName("readoutNote")
-            note.setWordWrap(True)
-            figures.addWidget(name, r, 0)
-            figures.addWidget(value, r, 1)
-            figures.addWidget(note, r, 2)
-            self.figure_labels[key] = value
-            self.figure_labels[key + "_note"] = note
-        figures.setColumnStretch(2, 1)
-        column.addLayout(figures)
-
-        self.memory_label = QLabel("")
-        self.memory_label.setWordWrap(True)
-        self.memory_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        column.addWidget(self.memory_label)
-
-        lower = QSplitter(Qt.Orientation.Vertical)
-        self.table = _FitTable(0, 4)
-        self.table.setHorizontalHeaderLabels(["component", "per block", "total", "share"])
-        self.table.verticalHeader().hide()
-        self.table.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 6)
-        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.table.setSelectionMode(QTableWidget.SelectionMode.NoSelection)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for col in (1, 2, 3):
-            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
-        lower.addWidget(self.table)
-        self.chart = pg.PlotWidget()
-        self.chart.setMenuEnabled(False)
-        self.chart.setMouseEnabled(x=False, y=False)
-        self.chart.hideButtons()
-        self.chart.setLabel("bottom", "share of all parameters (%)")
-        self.chart.setMinimumHeight(140)
-        self.chart.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
-        self.bars = pg.BarGraphItem(x0=[], y=[], height=0.7, width=[], brushes=[])
-        self.chart.addItem(self.bars)
-        self._bar_texts: list[pg.TextItem] = []
-        lower.addWidget(self.chart)
-        lower.setStretchFactor(0, 0)  # the table gets its full height when there is room ...
-        lower.setStretchFactor(1, 1)  # ... and the chart takes the rest
-        column.addWidget(lower, 1)
-        return side
-
     # -- inputs from the controller -------------------------------------------------------------
     def set_presets(self, names) -> None:
         self.preset.clear()
@@ -335,60 +240,7 @@ class ConfigPanel(QWidget):
         self.build_button.setEnabled(not field)
 
     def set_readout(self, r: ParamReadout) -> None:
-        self.total_label.setText(f"{r.total_text} parameters  ({r.total:,})")
-        fig = self.figure_labels
-        fig["tied"].setText(f"{r.tied_total:,}")
-        fig["untied"].setText(f"{r.untied_total:,}")
-        fig["tied_note"].setText("← this config" if r.tied else "")
-        fig["untied_note"].setText("" if r.tied else "← this config")
-        fig["difference"].setText(f"{r.tie_saving:,}")
-        fig["difference_note"].setText(f"= vocab_size {r.vocab_size:,} × n_embd {r.n_embd:,} (the output head)")
-        fig["nanogpt"].setText(f"{r.non_embedding:,}")
-        fig["nanogpt_note"].setText("excludes the position-embedding table only; the token embedding stays in")
-        fig["kaplan"].setText(f"{r.kaplan_non_embedding:,}")
-        fig["kaplan_note"].setText("excludes both embedding tables (and an untied head)")
-        self.memory_label.setText("<b>memory</b> &nbsp; " + " &nbsp;·&nbsp; ".join(
-            f"{what}: <b>{size}</b>" for what, size in r.memory))
-        self._fill_table(r)
-        self._fill_chart(r)
-
-    def _fill_table(self, r: ParamReadout) -> None:
-        rows = list(r.components) + [ComponentRow(f"total ({r.n_layer} blocks)", r.per_block, r.total, True)]
-        self.table.setRowCount(len(rows))
-        for i, c in enumerate(rows):
-            share = 100.0 * c.total / r.total if r.total else 0.0
-            name = "output head (tied: shares the token embedding)" if c.name == "output head" and r.tied else c.name
-            cells = (name, f"{c.per_block:,}" if c.in_blocks else "–", f"{c.total:,}", f"{share:.1f}%")
-            for j, text in enumerate(cells):
-                item = QTableWidgetItem(text)
-                if j:
-                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-                if i == len(rows) - 1:
-                    font = item.font()
-                    font.setBold(True)
-                    item.setFont(font)
-                self.table.setItem(i, j, item)
-        self.table.updateGeometry()  # its size hint (every row) changed
-
-    def _fill_chart(self, r: ParamReadout) -> None:
-        comps = [c for c in r.components]
-        n = len(comps)
-        shares = [100.0 * c.total / r.total if r.total else 0.0 for c in comps]
-        ys = list(range(n - 1, -1, -1))  # first component at the top
-        colours = [(74, 123, 208) if c.in_blocks else (225, 140, 60) for c in comps]
-        self.bars.setOpts(x0=[0] * n, y=ys, width=shares, height=0.7, brushes=[pg.mkBrush(*c) for c in colours])
-        self.chart.getAxis("left").setTicks([[(y, c.name) for y, c in zip(ys, comps)]])
-        for item in self._bar_texts:
-            self.chart.removeItem(item)
-        self._bar_texts = []
-        for y, c, share in zip(ys, comps, shares):
-            text = pg.TextItem(f" {c.total:,}" if c.total else " 0 (tied)", anchor=(0, 0.5),
-                               color=pg.getConfigOption("foreground"))
-            text.setPos(share, y)
-            self.chart.addItem(text)
-            self._bar_texts.append(text)
-        self.chart.setXRange(0, max(shares + [1.0]) * 1.35, padding=0)
-        self.chart.setYRange(-0.6, n - 0.4, padding=0)
+        self.readout.set_readout(r)
 
     def set_loaded_model(self, text: str) -> None:
         self.loaded_label.setText(text)
