@@ -69,6 +69,8 @@ def generate(model, idx, *, max_new_tokens: int, temperature: float = 1.0, top_k
     GPT-2's) are never drawn. `seed` makes sampling repeatable. `cancel()` is checked
     before each step; when it returns True the iterator ends quietly. A NaN in the
     logits raises GenerationError. Runs under torch.inference_mode, step by step.
+    `window_shift` (default block_size // 4) is how many of the oldest tokens drop when
+    the window is full (see the module docstring).
     """
     check_settings(temperature, top_k, top_p, repetition_penalty, max_new_tokens)
     config = model.config
