@@ -37,15 +37,6 @@ class PanelSpec:
     needs_model: bool = True  # False: can be shown before the first model is ready
 
 
-def _placeholder(title: str, what: str, issue: str):
-    def factory(ctx: PanelContext):
-        from .panels.placeholder import PlaceholderPanel
-
-        return PlaceholderPanel(title, what, issue)
-
-    return factory
-
-
 # --- config ---
 def _config_factory(ctx: PanelContext):
     from .controllers.config import ConfigPage

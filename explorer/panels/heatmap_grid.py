@@ -18,7 +18,7 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QPen
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QGraphicsRectItem
 
 LOG_FLOOR = 1e-4  # log scale shows weights from 1e-4 to 1
