@@ -17,10 +17,31 @@ OOM_ADVICE = (
 )
 
 
+# The packages whose ValueErrors are deliberate: raised on bad input, worded for the user.
+OUR_PACKAGES = ("gptcore", "explorer")
+INPUT_TITLE = "Input not usable"
+
+
 @dataclass(frozen=True)
 class Explanation:
     title: str
     message: str
+
+
+def raised_by_our_code(exc: BaseException) -> bool:
+    """True when the innermost frame of `exc`'s traceback belongs to gptcore or explorer.
+
+    Why: a ValueError we raise on purpose (a token outside the vocabulary, CUDA asked for
+    without a GPU, a bad generation setting) already names the problem and the fix, while
+    one raised inside numpy or torch is a bug of ours and stays an "Unexpected error".
+    Without a traceback nothing says where it came from, so it counts as unexpected."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    module = tb.tb_frame.f_globals.get("__name__") or ""
+    return module.split(".")[0] in OUR_PACKAGES
 
 
 def _is_cuda_oom(exc: BaseException) -> bool:
@@ -52,6 +73,8 @@ def explain(exc: BaseException | str, log_path: str | None = None) -> Explanatio
         return Explanation("Could not load the model", text + "\n\nThe previous model is still loaded.")
     if name == "TokenizerError":
         return Explanation("Tokenizer problem", text)
+    if isinstance(exc, ValueError) and raised_by_our_code(exc):
+        return Explanation(INPUT_TITLE, text)
     where = f"\n\nThe full report is in the log file:\n{log_path}" if log_path else ""
     return Explanation("Unexpected error", f"{name}: {text}{where}\n\nThe app is still running.")
 

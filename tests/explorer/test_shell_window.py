@@ -203,3 +203,43 @@ def test_fault_cuda_oom_in_a_forward_suggests_cpu_or_a_smaller_model(qtbot, wind
     assert "--device cpu" in window.error_dialog.text() and "smaller model" in window.error_dialog.text()
     assert window.session.model is tiny_session.model and window.isVisible()
     window.error_dialog.close()
+
+
+# --- error titles: our own ValueErrors are input problems, others stay unexpected -----------------------
+
+def test_a_value_error_raised_by_our_code_gets_an_input_title():
+    from explorer.errors import explain
+    from explorer.session import Session
+
+    with pytest.raises(ValueError) as ours:
+        Session.tiny(vocab_size=500).check_token_ids([15496])  # 'Hello', beyond a 500-token vocabulary
+    expl = explain(ours.value)
+    assert expl.title == "Input not usable"
+    assert "vocab_size=500" in expl.message and not expl.message.startswith("ValueError")
+
+    with pytest.raises(ValueError) as inside_numpy:
+        import numpy as np
+
+        np.zeros(3).reshape(2)
+    assert explain(inside_numpy.value).title == "Unexpected error"  # a library's ValueError is a bug of ours
+    with pytest.raises(ValueError) as elsewhere:
+        raise ValueError("raised outside gptcore and explorer")
+    assert explain(elsewhere.value).title == "Unexpected error"
+    assert explain(ValueError("no traceback: origin unknown")).title == "Unexpected error"
+
+
+def test_fault_out_of_vocabulary_generation_reaches_the_dialog_as_an_input_problem(qtbot, runner, tmp_path):
+    from explorer.session import Session
+
+    window = MainWindow(Session.tiny(vocab_size=500), runner, settings=_settings(tmp_path))
+    qtbot.addWidget(window)
+    window.show()
+    pane = window.show_panel("generation")
+    pane.view.set_prompt_text("Hello world")  # 'Hello' is id 15496
+    assert pane.start_generation()
+    qtbot.waitUntil(lambda: window.error_dialog is not None, timeout=30000)
+    qtbot.waitUntil(lambda: not runner.busy, timeout=30000)
+    assert window.error_dialog.windowTitle() == "Input not usable"
+    assert "outside this model" in window.error_dialog.text() and "vocab_size=500" in window.error_dialog.text()
+    assert window.errors_shown[-1][0] == "Input not usable"
+    window.error_dialog.close()
