@@ -257,4 +257,21 @@ class GPT(HookedModule):
             x = x[:, -1:, :]  # (B, 1, C)
         elif logits != "all":
             raise ValueError(f"logits must be 'all', 'last' or None, got {logits!r}")
-        return self.unembed(self.ln_final(x))  # (B, T or 1, vocab)
+        return self._unembed(self.ln_final(x))  # (B, T or 1, vocab)
+
+    def _unembed(self, x: torch.Tensor) -> torch.Tensor:
+        """The head. Decoding reads the whole (vocab, C) matrix for one row per token, and on
+        CPU the matrix-vector product streams it ~1.7x faster laid out (C, vocab) (measured:
+        GPT-2's head 12.5 ms -> 7.5 ms, ~10% of a decode step). So for a few rows, without
+        autograd or hooks on the head, a transposed copy is used: vocab × C extra numbers,
+        rebuilt whenever the weight changes (its storage or version counter)."""
+        w = self.unembed.weight
+        if (x.shape[0] * x.shape[1] > 8 or w.device.type != "cpu" or torch.is_grad_enabled()
+                or self.unembed._forward_hooks or self.unembed._forward_pre_hooks):
+            return self.unembed(x)
+        key = (w.data_ptr(), w._version, w.dtype)
+        if getattr(self, "_head_t_key", None) != key:
+            self._head_t = None  # free the stale copy before making the new one
+            self._head_t = w.detach().t().contiguous()  # (C, vocab)
+            self._head_t_key = key
+        return x @ self._head_t  # (B, T, vocab)
