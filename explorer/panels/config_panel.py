@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout
                                QLineEdit, QProgressBar, QPushButton, QScrollArea, QSpinBox, QSplitter, QVBoxLayout,
                                QWidget)
 
+from ..theme import restyle
 from .param_readout import ParamReadout, ParamReadoutView
 
 CUSTOM = "custom"
@@ -34,11 +35,6 @@ FIELDS = (
     ("layer_norm_eps", "layer_norm_eps", "Added to the variance in LayerNorm (GPT-2: 1e-5)."),
 )
 QKV_CHOICES = (("follow bias", None), ("on", True), ("off", False))
-
-
-def _restyle(widget: QWidget) -> None:
-    widget.style().unpolish(widget)
-    widget.style().polish(widget)
 
 
 class ConfigPanel(QWidget):
@@ -225,7 +221,7 @@ class ConfigPanel(QWidget):
         if self._invalid is not None:
             self._invalid.setProperty("invalid", False)
             self._invalid.setToolTip(self._invalid.property("normalTip") or "")
-            _restyle(self._invalid)
+            restyle(self._invalid)
             self._invalid = None
         widget = self.inputs.get(field) if field else None
         if widget is not None:
@@ -233,7 +229,7 @@ class ConfigPanel(QWidget):
                 widget.setProperty("normalTip", widget.toolTip())
             widget.setProperty("invalid", True)
             widget.setToolTip(message)
-            _restyle(widget)
+            restyle(widget)
             self._invalid = widget
         self.error_label.setText(f"⚠ {message}  (the readout shows the last valid config)" if field else "")
         self.error_label.setVisible(bool(field))
@@ -258,7 +254,7 @@ class ConfigPanel(QWidget):
 
     def set_build_status(self, text: str, error: bool = False) -> None:
         self.build_status.setObjectName("fieldError" if error else "readoutNote")
-        _restyle(self.build_status)
+        restyle(self.build_status)
         self.build_status.setText(text)
 
     # -- intents ----------------------------------------------------------------------------------

@@ -8,6 +8,9 @@ on quit or slowly eat memory, and they are invisible unless a test looks.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -15,6 +18,8 @@ import pytest  # noqa: E402
 
 from explorer.registry import PanelContext  # noqa: E402
 from explorer.session import Session  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -51,6 +56,59 @@ def runner(qapp):
 def panel_context(tiny_session, runner) -> PanelContext:
     """What a panel factory receives, without a main window (ctx.window is None)."""
     return PanelContext(session=tiny_session, runner=runner, window=None, prompt=None)
+
+
+@pytest.fixture
+def window(qtbot, tiny_session, runner, tmp_path):
+    """The main window on the tiny session, shown, with settings in a temporary file."""
+    from PySide6.QtCore import QSettings
+
+    from explorer.main_window import MainWindow
+
+    w = MainWindow(tiny_session, runner, settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(w)
+    w.show()
+    return w
+
+
+@pytest.fixture
+def single_torch_thread():
+    """One intra-op thread: on this shared 2-core machine, two OpenMP threads spinning over a
+    64-wide model make each capture ~50× slower; the behaviour under test is the same."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def hf_checkpoint(tmp_path):
+    """Writes a tiny GPT-2 with transformers' own class (GPT-2 vocabulary, 2 layers, 4 heads,
+    32 wide, 64 positions unless overridden) and returns its folder."""
+    def write(**config) -> Path:
+        transformers = pytest.importorskip("transformers")
+        values = dict(vocab_size=50257, n_positions=64, n_embd=32, n_layer=2, n_head=4)
+        values.update(config)
+        folder = tmp_path / "tiny-gpt2"
+        transformers.GPT2LMHeadModel(transformers.GPT2Config(**values)).save_pretrained(folder)
+        return folder
+
+    return write
+
+
+@pytest.fixture
+def run_screenshot():
+    """Runs the real entry point, `python -m explorer --screenshot OUT --panel P --size WxH ARGS…`,
+    offscreen and offline from the checkout; extra keywords are environment variables."""
+    def run(out, panel: str, size: str, *args: str, timeout: int = 240, **env) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "explorer", "--screenshot", str(out), "--panel", panel, "--size", size, *args],
+            capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+            env=dict(os.environ, QT_QPA_PLATFORM="offscreen", HF_HUB_OFFLINE="1", **env))
+
+    return run
 
 
 def _leaks(qapp) -> list[str]:

@@ -3,13 +3,9 @@
 newer one" is checked on what was actually drawn, not on what was computed."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import tracemalloc
 
 import numpy as np
-import pytest
 from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QImage
 
@@ -246,18 +242,11 @@ def test_data_ready_after_first_draw(qtbot, panel_context):
     wait_idle(qtbot, view)
 
 
-def test_screenshot_mode_renders_the_attention_panel(tmp_path):
-    transformers = pytest.importorskip("transformers")
-    folder = tmp_path / "tiny-gpt2"
-    cfg = transformers.GPT2Config(vocab_size=50257, n_positions=64, n_embd=32, n_layer=2, n_head=4)
-    transformers.GPT2LMHeadModel(cfg).save_pretrained(folder)
+def test_screenshot_mode_renders_the_attention_panel(tmp_path, hf_checkpoint, run_screenshot):
+    folder = hf_checkpoint()
     out = tmp_path / "shot.png"
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", HF_HUB_OFFLINE="1")
-    proc = subprocess.run(
-        [sys.executable, "-m", "explorer", "--screenshot", str(out), "--panel", "attention",
-         "--prompt", "The quick brown fox", "--model", str(folder), "--device", "cpu", "--size", "1000x700"],
-        capture_output=True, text=True, timeout=240, env=env, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
-    )
+    proc = run_screenshot(out, "attention", "1000x700", "--prompt", "The quick brown fox", "--model", str(folder),
+                          "--device", "cpu")
     assert proc.returncode == 0, proc.stderr[-2000:]
     img = QImage(str(out))
     assert not img.isNull() and (img.width(), img.height()) == (1000, 700)

@@ -2,10 +2,8 @@
 from __future__ import annotations
 
 import pytest
-from PySide6.QtCore import QSettings
 
 from explorer.controllers.config import ConfigPage
-from explorer.main_window import MainWindow
 from gptcore.config import GPTConfig
 from gptcore.params import count_parameters
 
@@ -104,14 +102,6 @@ def test_fault_other_bad_values_name_their_field(page):
     view.inputs["n_layer"].setValue(0)
     assert "n_layer" in view.error_label.text() and "positive" in view.error_label.text()
     assert view.inputs["n_layer"].property("invalid") is True
-
-
-@pytest.fixture
-def window(qtbot, tiny_session, runner, tmp_path):
-    w = MainWindow(tiny_session, runner, settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
-    qtbot.addWidget(w)
-    w.show()
-    return w
 
 
 def _set_form(view, values: dict) -> None:

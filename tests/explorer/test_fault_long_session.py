@@ -18,7 +18,6 @@ import gc
 import threading
 import weakref
 
-import pytest
 import torch
 from PySide6.QtCore import QCoreApplication, QEvent, QThreadPool, QTimer, Qt
 from PySide6.QtWidgets import QApplication
@@ -64,16 +63,6 @@ def apply_keys(text: str, keys: list[str]) -> str:
     for key in keys:
         text = text[:-1] if key == "\b" else text + key
     return text
-
-
-@pytest.fixture
-def single_torch_thread():
-    """One intra-op thread: on this shared 2-core machine, two OpenMP threads spinning over a
-    64-wide model make each capture ~50× slower; the behaviour under test is the same."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_fault_long_session_leaks_nothing(qtbot, panel_context, single_torch_thread):

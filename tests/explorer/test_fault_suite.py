@@ -38,21 +38,8 @@ USER_PROMPT = "my carefully typed prompt"
 USER_SETTINGS = dict(temperature=0.7, top_k=40, max_new_tokens=5)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: a second OpenMP thread only adds spin-waiting on a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture
-def window(qtbot, tiny_session, runner, tmp_path):
-    w = MainWindow(tiny_session, runner, settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
-    qtbot.addWidget(w)
-    w.show()
-    return w
+# Tiny models: a second OpenMP thread only adds spin-waiting on a shared 2-core machine.
+pytestmark = pytest.mark.usefixtures("single_torch_thread")
 
 
 def wait_quiet(qtbot, runner) -> None:

@@ -312,23 +312,15 @@ def test_set_prompt_generates_then_signals_ready(qtbot, panel_context):
     assert widget.view.chart.bar_labels()
 
 
-def test_screenshot_mode_renders_the_streamed_text(tmp_path):
+def test_screenshot_mode_renders_the_streamed_text(tmp_path, hf_checkpoint, run_screenshot):
     """`python -m explorer --screenshot` on the generation pane: the PNG shows the prompt's
     bars and the continuation generated for `--prompt` (its tokens' highlight colour)."""
-    import subprocess
-    import sys
-
-    import transformers
     from PySide6.QtGui import QColor, QImage
 
-    folder = tmp_path / "tiny-gpt2"
-    config = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=128, vocab_size=50257)
-    transformers.GPT2LMHeadModel(config).save_pretrained(folder)
+    folder = hf_checkpoint(n_embd=64, n_positions=128)
     out = tmp_path / "generation.png"
-    done = subprocess.run(
-        [sys.executable, "-m", "explorer", "--screenshot", str(out), "--panel", "generation",
-         "--prompt", "Alan Turing was a", "--model", str(folder), "--size", "1100x700"],
-        capture_output=True, text=True, timeout=180)
+    done = run_screenshot(out, "generation", "1100x700", "--prompt", "Alan Turing was a", "--model", str(folder),
+                          timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "panel generation" in done.stdout
     image = QImage(str(out))

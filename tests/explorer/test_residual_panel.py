@@ -2,13 +2,9 @@
 from __future__ import annotations
 
 import csv
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-import torch
 from PySide6.QtGui import QImage
 
 from explorer.controllers import residual as residual_controller
@@ -21,16 +17,8 @@ from gptcore.model import GPT
 from gptcore.probes import residual as residual_probe
 from gptcore.probes.residual import model_residual_norms, residual_norms
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: a second OpenMP thread only adds spin-waiting on a shared machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# Tiny models: a second OpenMP thread only adds spin-waiting on a shared machine.
+pytestmark = pytest.mark.usefixtures("single_torch_thread")
 
 
 def small_view(qtbot, ctx, **shape) -> ResidualView:
@@ -226,18 +214,10 @@ def test_registry_builds_the_residual_view(qtbot, panel_context, monkeypatch):
     qtbot.waitUntil(lambda: not panel_context.runner.busy, timeout=60_000)
 
 
-def test_screenshot_mode_renders_the_residual_panel(tmp_path):
-    transformers = pytest.importorskip("transformers")
-    folder = tmp_path / "tiny-gpt2"
-    cfg = transformers.GPT2Config(vocab_size=50257, n_positions=64, n_embd=32, n_layer=2, n_head=4)
-    transformers.GPT2LMHeadModel(cfg).save_pretrained(folder)
+def test_screenshot_mode_renders_the_residual_panel(tmp_path, hf_checkpoint, run_screenshot):
+    folder = hf_checkpoint()
     out = tmp_path / "shot.png"
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run(
-        [sys.executable, "-m", "explorer", "--screenshot", str(out), "--panel", "residual",
-         "--model", str(folder), "--device", "cpu", "--size", "1100x750"],
-        capture_output=True, text=True, timeout=240, env=env, cwd=ROOT,
-    )
+    proc = run_screenshot(out, "residual", "1100x750", "--model", str(folder), "--device", "cpu", OMP_NUM_THREADS="1")
     assert proc.returncode == 0, proc.stderr[-2000:]
     img = QImage(str(out))
     assert not img.isNull() and (img.width(), img.height()) == (1100, 750)

@@ -19,14 +19,6 @@ def _settings(tmp_path) -> QSettings:
 
 
 @pytest.fixture
-def window(qtbot, tiny_session, runner, tmp_path):
-    w = MainWindow(tiny_session, runner, settings=_settings(tmp_path))
-    qtbot.addWidget(w)
-    w.show()
-    return w
-
-
-@pytest.fixture
 def log_file():
     """The app's real logging setup (file under the temporary XDG_STATE_HOME of conftest)."""
     path = app_module.setup_logging()
