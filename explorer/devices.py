@@ -19,17 +19,11 @@ class BuildRefused(ValueError):
 
 
 def resolve_device(device: str | torch.device | None = None) -> torch.device:
-    """'auto'/None -> the best device gptcore picks; anything else is taken as given."""
-    if device is None or str(device) == "auto":
-        try:
-            from gptcore.loading import default_device
-        except ImportError:  # gptcore.loading not present: same rule, CUDA else CPU
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        return torch.device(default_device())
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("CUDA was requested but no CUDA device is available; use --device cpu (or auto)")
-    return dev
+    """'auto'/None -> the best device present; anything else checked, with a message naming the fix.
+    One rule for the app and gptcore: the same function decides where a load lands."""
+    from gptcore.loading import resolve_device as resolve
+
+    return resolve(device)
 
 
 def available_memory(device: torch.device) -> int:

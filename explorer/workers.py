@@ -120,6 +120,11 @@ class _Runnable(QRunnable):
         else:
             emit("_resulted", tid, value)
         emit("_finished", tid)
+        # Let go of the task's closures now: the Python wrapper of an auto-deleted runnable can
+        # outlive its run (PySide may keep it until the pool thread is reused or expires), and
+        # with it whatever the task captured (a generation run, a captured result).
+        self._runner = self._task = self._fn = None
+        value = None
 
 
 class TaskRunner(QObject):

@@ -25,6 +25,14 @@ _LAZY = {
     "default_device": "loading",
     "from_hf_state_dict": "convert",
     "generate": "generation",
+    "GenerationStep": "generation",
+    "GenerationError": "sampling",
+    "check_settings": "sampling",
+    "next_token_distribution": "sampling",
+    "is_hub_cached": "loading",
+    "resolve_device": "loading",
+    "LoadCancelled": "loading",
+    "HUB_IDS": "loading",
 }
 
 __all__ = ["ConfigError", "GPTConfig", "PRESETS", "ParamCount", "count_parameters", *_LAZY]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import sys
 
 from .config import PRESETS, ConfigError, GPTConfig
@@ -89,12 +90,13 @@ def cmd_generate(args) -> int:
     print(f"[{info.name} on {info.device}]", file=sys.stderr)
     sys.stdout.write(args.prompt)
     sys.stdout.flush()
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may span tokens
     for step in generate(model, tok.encode(args.prompt) or [tok.eot_token], max_new_tokens=args.max_new_tokens,
                          temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                          repetition_penalty=args.repetition_penalty, seed=args.seed):
-        sys.stdout.write(tok.token_str(step.token))
+        sys.stdout.write(decoder.decode(tok.token_bytes(step.token)))
         sys.stdout.flush()
-    sys.stdout.write("\n")
+    sys.stdout.write(decoder.decode(b"", final=True) + "\n")
     return 0
 
 

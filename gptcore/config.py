@@ -18,6 +18,7 @@ MAX_EMBD = 65_536
 MAX_MLP_RATIO = 64
 
 LN_PLACEMENTS = ("pre", "post")
+GPT2_VOCAB = 50257  # ids of the GPT-2 tokenizer; a larger model vocab is padding (nanoGPT: 50304)
 
 
 class ConfigError(ValueError):
@@ -56,7 +57,7 @@ class GPTConfig:
     `residual` exist for teaching (the residual panel): GPT-2 is pre-LN with residuals.
     """
 
-    vocab_size: int = 50257
+    vocab_size: int = GPT2_VOCAB
     block_size: int = 1024
     n_layer: int = 12
     n_head: int = 12

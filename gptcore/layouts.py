@@ -13,11 +13,10 @@ from pathlib import Path
 import torch
 
 from .checkpoints import LoadError, read_json, read_safetensors, read_sharded_index, read_torch, tensors_only
-from .config import ConfigError, GPTConfig
+from .config import GPT2_VOCAB, ConfigError, GPTConfig
 from .convert import ConversionError, config_from_hf, infer_config
 from .hub import HUB_IDS, fetch, is_hub_id
 
-GPT2_VOCAB = 50257
 # File names too generic to name a model: the folder holding them names it instead.
 _GENERIC_NAMES = {"ckpt.pt", "model.safetensors", "pytorch_model.bin", "model.pt", "checkpoint.pt"}
 

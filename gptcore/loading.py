@@ -103,7 +103,7 @@ def resolve_device(spec=None) -> torch.device:
         if not torch.cuda.is_available():
             build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
             raise LoadError(f"CUDA was requested but is not available (torch {torch.__version__}, {build}); "
-                            f"use device 'cpu' (or 'auto'), or install a CUDA build of torch on a machine with an NVIDIA GPU")
+                            f"use --device cpu (or auto), or install a CUDA build of torch on a machine with an NVIDIA GPU")
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise LoadError(f"{device} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)")
     elif device.type == "mps":

@@ -13,7 +13,8 @@ from typing import Iterable, Sequence
 
 import torch
 
-GPT2_VOCAB = 50257  # the tokenizer's ids; a larger model vocab is padding (nanoGPT: 50304)
+from .config import GPT2_VOCAB
+
 
 # Allowed ranges, checked once per request and named in every error message. The upper
 # bounds turn a typo (an extra three zeros) into a message: at temperature 100 GPT-2's
