@@ -31,7 +31,28 @@ def logit_lens(model, resid: torch.Tensor, k: int = 5) -> LensRows:
         raise ValueError(f"resid must be (n_layers, {model.config.n_embd}), got {tuple(resid.shape)}")
     k = max(1, min(int(k), model.config.vocab_size))
     x = resid.to(device=model.device, dtype=model.dtype)  # (L, C)
-    logits = model.unembed(model.ln_final(x)).float()  # (L, vocab)
-    probs = torch.softmax(logits, dim=-1)  # (L, vocab)
-    top_probs, top_ids = probs.topk(k, dim=-1)  # (L, k)
+    logits = _unembed_rows(model, model.ln_final(x)).float()  # (L, vocab)
+    top_logits, top_ids = logits.topk(k, dim=-1)  # (L, k): softmax keeps the order
+    top_probs = torch.exp(top_logits - torch.logsumexp(logits, dim=-1, keepdim=True))  # (L, k)
     return LensRows(top_ids=top_ids.cpu(), top_probs=top_probs.cpu())
+
+
+def _unembed_rows(model, x: torch.Tensor) -> torch.Tensor:
+    """x (L, C) -> (L, vocab) through the model's unembedding, fast for a few rows on CPU.
+
+    The lens is a handful of rows against the whole (vocab, C) head: 154 MB for GPT-2
+    small. MKL's GEMM for such a short, wide product runs at a fraction of the memory
+    bandwidth (measured here: 25 ms for 12 rows, 12 ms for one); oneDNN's linear on the
+    same dense weight, no copy, takes 14 ms. Same numbers up to float32 rounding.
+    Falls back to the module itself off CPU, in other dtypes, with hooks on it, or when
+    this torch has no oneDNN.
+    """
+    head = model.unembed
+    w = head.weight
+    if (x.device.type == "cpu" and x.dtype == torch.float32 and w.dtype == torch.float32
+            and not head._forward_hooks and not head._forward_pre_hooks and torch.backends.mkldnn.is_available()):
+        try:
+            return torch.ops.mkldnn._linear_pointwise(x, w, head.bias, "none", [], "")  # (L, vocab)
+        except (RuntimeError, AttributeError, NotImplementedError):
+            pass  # an op this build lacks: the plain product below is the same maths
+    return head(x)  # (L, vocab)

@@ -178,3 +178,22 @@ def test_xl_shaped_capture_at_block_size_stays_bounded():
     xl_bytes = capture_bytes(48, 25, 1024, 64, 1)
     assert xl_bytes < 512 * 2**20
     assert 4 * 48 * 25 * 1024 * 1024 > 8 * xl_bytes  # what the bound saves
+
+
+def test_lens_fast_head_equals_the_module_and_respects_hooks(hf_pair):
+    """The lens's few-row unembedding (oneDNN on CPU) gives the module's numbers, and a hook
+    someone put on the head still sees the lens run (the plain module path is taken then)."""
+    from gptcore.probes.lens import _unembed_rows
+
+    _, ours = hf_pair
+    x = torch.randn(3, 32, generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        expected = ours.unembed(x)
+        torch.testing.assert_close(_unembed_rows(ours, x), expected, rtol=1e-5, atol=1e-5)
+        seen = []
+        handle = ours.unembed.register_forward_hook(lambda _m, _i, out: seen.append(out.shape))
+        try:
+            logit_lens(ours, x)
+        finally:
+            handle.remove()
+    assert seen == [torch.Size([3, 300])]
