@@ -12,6 +12,11 @@ What is timed, per edit (median and spread over several edits):
 - the capture alone (`Session.attention`, the forward with hooks + pooling + logit lens),
   and for reference the bare forward without hooks (fused attention, no logits).
 The model is GPT-2 small's shape with random weights (timing does not depend on the values).
+Expect the capture inside the app (a worker thread) to take 20-45 ms longer than the one timed
+here on the main thread: once more than one thread has run parallel torch ops (here the main
+thread did, in the app the GUI thread and pool threads do), libgomp sees more OpenMP threads
+than CPUs and lets each team's helper thread sleep between parallel regions instead of
+spinning, so every GEMM waits for a wake-up, and longer after an idle pause.
 The load average is printed too: on a shared machine other processes move these numbers.
 """
 from __future__ import annotations
