@@ -111,9 +111,15 @@ class Session:
                 f"whose vocabulary covers the GPT-2 tokenizer (50,257 ids)"
             )
 
-    def _swap(self, model, info: ModelInfo) -> ModelInfo:
+    def _swap(self, model, info: ModelInfo, cancel=None) -> ModelInfo:
+        """Install `model` unless its request was cancelled (superseded by a newer load or
+        build): checked under the lock, so a slow old request can never replace a newer model."""
+        from gptcore.loading import LoadCancelled
+
         model.eval()
         with self.lock:
+            if cancel is not None and cancel():
+                raise LoadCancelled("superseded by a newer model request; the current model is unchanged")
             old = self.model
             self.model, self.info, self._device = model, info, model.device
             self.version += 1
@@ -131,11 +137,11 @@ class Session:
         model, load_info = load(str(source), device=str(dev), progress=progress, cancel=cancel)
         name = getattr(load_info, "name", None) or str(source)
         info = _model_info(model, name=name, trained=True, source=str(getattr(load_info, "path", source) or source))
-        return self._swap(model, info)
+        return self._swap(model, info, cancel)
 
     def build(self, config: dict, init_scheme: str = "gpt2", seed: int | None = None,
               progress: ProgressFn | None = None, *, name: str | None = None, note: str = "",
-              device=None) -> ModelInfo:
+              device=None, cancel=None) -> ModelInfo:
         """A fresh, untrained model from a config dict; refused before allocating if it won't fit."""
         from gptcore.init import INIT_SCHEMES, init_weights
         from gptcore.model import GPT
@@ -153,7 +159,7 @@ class Session:
         report(2, 3, "ready")
         info = _model_info(model, name=name or f"custom ({cfg.n_layer}L × {cfg.n_embd}, {init_scheme} init)",
                            trained=False, source=f"built: {init_scheme} init, seed {seed}", note=note)
-        self._swap(model, info)
+        self._swap(model, info, cancel)
         report(3, 3, "done")
         return info
 
@@ -178,7 +184,7 @@ class Session:
                 reason = f"could not be loaded from the cache ({first})"
         note = f"UNTRAINED — random weights (gpt2 init), not GPT-2's: GPT-2 small {reason}. {UNTRAINED_HOW_TO}"
         return self.build(GPTConfig.preset("gpt2").to_dict(), "gpt2", seed=0, progress=progress,
-                          name="GPT-2 small shape, random init", note=note)
+                          name="GPT-2 small shape, random init", note=note, cancel=cancel)
 
     @classmethod
     def tiny(cls, seed: int = 0, **config_overrides) -> "Session":

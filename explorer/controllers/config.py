@@ -119,7 +119,7 @@ class ConfigController(QObject):
         self.panel.set_build_status(f"Building {format_count(count_parameters(cfg).total)} parameters…")
 
         def work(token, progress):
-            return session.build(cfg.to_dict(), scheme, seed, progress)
+            return session.build(cfg.to_dict(), scheme, seed, progress, cancel=token)
 
         self.ctx.runner.submit(MODEL_TASK, work, on_result=self._built, on_error=self._build_failed,
                                on_progress=self.panel.set_build_progress,
@@ -142,6 +142,8 @@ class ConfigController(QObject):
 
     # -- model swaps, settings -------------------------------------------------------------------------
     def on_model_changed(self) -> None:
+        if not self.ctx.runner.is_running(MODEL_TASK):
+            self.panel.set_build_busy(False)  # a Build superseded by a load gets no on_finished of its own
         info = self.ctx.session.info
         kind = "trained" if info.trained else "untrained"
         self.panel.set_loaded_model(
@@ -162,9 +164,10 @@ class ConfigController(QObject):
         if settings is None:
             return {}
         try:
-            return json.loads(settings.value(SETTINGS_KEY, "{}") or "{}")
+            saved = json.loads(settings.value(SETTINGS_KEY, "{}") or "{}")
         except (TypeError, ValueError):
             return {}
+        return saved if isinstance(saved, dict) else {}  # a damaged settings file must not break the panel
 
     def _save_settings(self, scheme: str, seed) -> None:
         settings = self._settings()

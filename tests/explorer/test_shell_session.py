@@ -75,3 +75,17 @@ def test_load_default_offline_builds_labelled_untrained_gpt2_shape(monkeypatch):
     assert s.has_model and s.version == 1
     assert not info.trained and "UNTRAINED" in info.note and "File → Load GPT-2 small" in info.note
     assert info.n_params == count_parameters(GPTConfig.preset("gpt2")).total
+
+
+def test_fault_superseded_build_never_replaces_the_newer_model(tiny_session):
+    """A Build the user superseded (a newer load/build set its cancel flag) may finish its work
+    later; it must not install its model over the newer one (checked under the session lock)."""
+    from gptcore.loading import LoadCancelled
+
+    before, version = tiny_session.model, tiny_session.version
+    cfg = GPTConfig(vocab_size=300, block_size=16, n_layer=1, n_head=2, n_embd=16).to_dict()
+    with pytest.raises(LoadCancelled, match="superseded"):
+        tiny_session.build(cfg, "gpt2", 0, cancel=lambda: True)
+    assert tiny_session.model is before and tiny_session.version == version
+    info = tiny_session.build(cfg, "gpt2", 0, cancel=lambda: False)  # not superseded: installed
+    assert tiny_session.version == version + 1 and info.n_params == tiny_session.model.num_parameters()
