@@ -125,15 +125,11 @@ def prompt_batch(cfg: GPTConfig, seed: int, batch: int, length: int, tokens=None
 
 
 def blank_model(cfg: GPTConfig, device):
-    """Allocate a GPT without initialising it (meta device, then `to_empty`): every step
-    calls `init_weights` anyway, so drawing default weights first would be wasted work."""
+    """A GPT in uninitialised memory (`GPT.empty`): every step calls `init_weights` anyway,
+    so drawing default weights first would be wasted work."""
     from ..model import GPT
 
-    with torch.device("meta"):
-        model = GPT(cfg, init=None)
-    model.to_empty(device=torch.device(device))
-    model.tie_weights()
-    return model.eval()
+    return GPT.empty(cfg, device=torch.device(device)).eval()
 
 
 def run_steps(schemes, seeds, step: Callable[[str, int], list[float]], progress: ProgressFn | None,
