@@ -20,6 +20,7 @@ import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QFileDialog, QVBoxLayout, QWidget
 
+from ..errors import raised_by_our_code
 from ..panels.attention_panel import AttentionPanel
 
 log = logging.getLogger("explorer.attention")
@@ -131,7 +132,8 @@ class AttentionController(QObject):
     def _on_error(self, exc: BaseException) -> None:
         message = str(exc) or type(exc).__name__
         self.panel.set_error(message)
-        if not isinstance(exc, ValueError):  # user input problems stay in the panel; bugs get the dialog
+        # Input problems we diagnosed (our own ValueErrors) stay in the panel; anything else is a bug: dialog.
+        if not (isinstance(exc, ValueError) and raised_by_our_code(exc)):
             window = self.ctx.window
             if window is not None and hasattr(window, "report_error"):
                 window.report_error("Attention failed", exc)
