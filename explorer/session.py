@@ -39,7 +39,7 @@ UNTRAINED_HOW_TO = (
 
 
 def _model_info(model, *, name: str, trained: bool, source: str, note: str = "") -> ModelInfo:
-    unique = {id(p): p for p in model.parameters()}.values()
+    unique = list(model.parameters())  # a tied head is one Parameter, listed once
     return ModelInfo(
         name=name,
         trained=trained,
