@@ -149,14 +149,12 @@ def take_screenshot(app, window, runner, panel_name: str, out: str) -> int:
         return 2
     ready = []
     panel = window.show_panel(panel_name)
-    signal = getattr(panel, "dataReady", None)
-    if signal is not None:
-        signal.connect(lambda *a: ready.append(True))
-        if getattr(panel, "is_ready", False):
-            ready.append(True)
-        if not _wait(app, lambda: bool(ready) or bool(window.errors_shown), READY_TIMEOUT_S):
-            print(f"gpt-explorer: panel {panel_name!r} had no data after {READY_TIMEOUT_S} s", file=sys.stderr)
-            return 3
+    panel.dataReady.connect(lambda *a: ready.append(True))
+    if panel.is_ready:
+        ready.append(True)
+    if not _wait(app, lambda: bool(ready) or bool(window.errors_shown), READY_TIMEOUT_S):
+        print(f"gpt-explorer: panel {panel_name!r} had no data after {READY_TIMEOUT_S} s", file=sys.stderr)
+        return 3
     _wait(app, lambda: False, 0.3)  # let the last paints and layouts settle
     if window.errors_shown:
         for title, message in window.errors_shown:
@@ -203,6 +201,7 @@ def main(argv=None) -> int:
     window = MainWindow(None, runner, settings=settings, prompt=args.prompt, panel=args.panel,
                         log_path=str(log_path) if log_path else None)
     window.auto_download = not args.screenshot  # a screenshot uses what is here, never waits on the network
+    window.fall_back_on_failed_start = not args.screenshot  # a screenshot of a bad --model exits 2 instead
     holder = {"window": window}
     install_exception_hook(lambda: holder.get("window"))
     if args.screenshot or args.exit_after_paint:

@@ -59,8 +59,9 @@ def main(argv=None) -> int:
 
     from gptcore.config import GPTConfig
 
-    from .controllers.attention import AttentionView
-    from .registry import PanelContext
+    from .controllers.attention import AttentionController
+    from .controllers.base import PanelPage
+    from .context import PanelContext
     from .session import Session
     from .workers import TaskRunner
 
@@ -101,7 +102,7 @@ def main(argv=None) -> int:
 
     # 2. End to end through the real panel.
     runner = TaskRunner()
-    view = AttentionView(PanelContext(session, runner, None, text))
+    view = PanelPage(PanelContext(session, runner, None, text), AttentionController)
     view.resize(1400, 850)
     view.show()
     drawn: list[tuple[str, float]] = []
@@ -131,7 +132,7 @@ def main(argv=None) -> int:
 
     idle = lambda: (not view.controller.timer.isActive() and not view.controller._in_flight and not runner.busy)  # noqa: E731
     wait(lambda: bool(drawn) and idle())
-    prompt = view.panel.prompt
+    prompt = view.view.prompt
     prompt.setFocus()
     prompt.moveCursor(prompt.textCursor().MoveOperation.End)
     latencies = []
@@ -148,18 +149,18 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         QTest.keyClick(prompt, key)  # the last keystroke of this edit
         wait(lambda: any(t == target for t, _ in drawn), tick_ms=0)  # woken by `drawn` only
-        view.panel.grid.viewport().repaint()  # synchronous: every heatmap painted now
-        view.panel.zoom.viewport().repaint()
+        view.view.grid.viewport().repaint()  # synchronous: every heatmap painted now
+        view.view.zoom.viewport().repaint()
         latencies.append(time.perf_counter() - t0)
     print(f"keystroke -> all heatmaps repainted (debounce {view.controller.timer.interval()} ms included): "
           f"{_median_ms(latencies)}")
     result, draws = view.controller.result, []
     for _ in range(args.edits):
         t0 = time.perf_counter()
-        view.panel.set_attention(result)
+        view.view.set_attention(result)
         view.controller._show_selected()
-        view.panel.grid.viewport().repaint()
-        view.panel.zoom.viewport().repaint()
+        view.view.grid.viewport().repaint()
+        view.view.zoom.viewport().repaint()
         draws.append(time.perf_counter() - t0)
     print(f"drawing alone (grid, columns, zoom, chips + repaint):            {_median_ms(draws)}")
     print(f"load average after: {os.getloadavg()[0]:.2f}")

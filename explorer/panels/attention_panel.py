@@ -156,6 +156,21 @@ class AttentionPanel(QWidget):
         self._zoom_row = pattern if pattern.shape[0] == len(self._tokens) else None
         self._tint_chips(-1)
 
+    def prepend_bos(self) -> bool:
+        """Whether the user asked for <|endoftext|> in front of the prompt."""
+        return self.bos_box.isChecked()
+
+    def clear_results(self, reason: str) -> None:
+        """Nothing drawn but `reason`: what was on screen belonged to another model."""
+        self._tokens, self._zoom_row = [], None
+        self.chips.set_tokens([])
+        self.chips.set_weights(None)
+        self.count_label.setText("")
+        self.crop_note.hide()
+        self.grid.clear()
+        self.zoom.clear_head(reason)
+        self.set_status(reason)
+
     def set_status(self, text: str) -> None:
         self.status_label.setText(text)
 

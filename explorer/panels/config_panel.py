@@ -191,6 +191,13 @@ class ConfigPanel(QWidget):
         finally:
             self._updating = False
 
+    def set_seed(self, seed: int) -> None:
+        self.seed.setValue(seed)
+
+    def focus_form(self) -> None:
+        """Where File → New model starts typing: the depth field."""
+        self.inputs["n_layer"].setFocus()
+
     def set_preset(self, name: str | None) -> None:
         self.preset.setCurrentText(name or CUSTOM)
 

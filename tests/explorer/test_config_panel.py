@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from explorer.controllers.config import ConfigPage
+from explorer.controllers.base import PanelPage
+from explorer.controllers.config import ConfigController
 from gptcore.config import GPTConfig
 from gptcore.params import count_parameters
 
@@ -12,7 +13,7 @@ TINY_BUILD = dict(vocab_size=50257, block_size=32, n_layer=1, n_head=2, n_embd=3
 
 @pytest.fixture
 def page(qtbot, panel_context):
-    p = ConfigPage(panel_context)
+    p = PanelPage(panel_context, ConfigController)
     qtbot.addWidget(p)
     return p
 
