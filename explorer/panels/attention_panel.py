@@ -167,7 +167,7 @@ class AttentionPanel(QWidget):
         self.chips.set_weights(None)
         self.count_label.setText("")
         self.crop_note.hide()
-        self.grid.clear()
+        self.grid.clear_data()
         self.zoom.clear_head(reason)
         self.set_status(reason)
 

@@ -221,8 +221,9 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
     def log(self) -> bool:
         return self._log
 
-    def clear(self) -> None:
-        """Nothing drawn: no tiles, statistics, lens or selection (the data belonged to another model)."""
+    def clear_data(self) -> None:
+        """Nothing drawn: no tiles, statistics, lens or selection (the data belonged to another model).
+        Not `clear`: GraphicsLayoutWidget's instance attribute of that name empties the layout itself."""
         self._L = self._nh = self._t = 0
         self._thumbs, self._bin_labels, self._stats = np.zeros((0, 0, 0, 0), np.float32), [], {}
         self._mosaic = np.zeros((0, 0), np.float32)
