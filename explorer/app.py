@@ -22,6 +22,7 @@ LOG_MAX_BYTES = 1_000_000
 LOG_BACKUPS = 3
 LOAD_TIMEOUT_S = 600
 READY_TIMEOUT_S = 120
+DEFAULT_SIZE = "1280x820"
 QUIT_WAIT_MS = 800  # cooperative tasks stop within one step (~40 ms on GPT-2 small); slower ones are abandoned
 
 
@@ -38,16 +39,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--screenshot", metavar="OUT.png", help="render --panel offscreen into a PNG and exit")
     p.add_argument("--theme", default="system", choices=["system", "light", "dark"],
                    help="colours: follow the system (default) or force light/dark")
-    p.add_argument("--size", default="1280x820", metavar="WxH", help="window size (default 1280x820)")
+    p.add_argument("--size", metavar="WxH",
+                   help="window size (default: the size it had when last closed, or 1280x820)")
     p.add_argument("--exit-after-paint", action="store_true", help=argparse.SUPPRESS)  # launch-time measurement
     args = p.parse_args(argv)
     try:
-        w, h = (int(v) for v in args.size.lower().split("x"))
+        w, h = (int(v) for v in (args.size or DEFAULT_SIZE).lower().split("x"))
         if not (200 <= w <= 8000 and 150 <= h <= 8000):
             raise ValueError
     except ValueError:
         p.error(f"--size {args.size!r}: use WIDTHxHEIGHT in pixels, e.g. 1280x820 (200–8000 wide, 150–8000 high)")
-    args.size_wh = (w, h)
+    args.size_wh = (w, h) if args.size else None  # None: the saved geometry (screenshots: DEFAULT_SIZE)
     if args.screenshot and not args.panel:
         args.panel = "config"
     return args
@@ -136,6 +138,15 @@ def _wait(app, predicate, timeout_s: float) -> bool:
     return True
 
 
+def apply_size(window, args) -> None:
+    """`--size` wins over the geometry saved when the window last closed, in every mode;
+    screenshots without one use DEFAULT_SIZE (never the user's saved layout)."""
+    if args.size_wh is not None:
+        window.resize(*args.size_wh)
+    elif args.screenshot or args.exit_after_paint:
+        window.resize(*(int(v) for v in DEFAULT_SIZE.split("x")))
+
+
 def take_screenshot(app, window, runner, panel_name: str, out: str) -> int:
     """Wait for the model and the panel's first data, grab the window, write the PNG."""
     from .workers import MODEL_TASK
@@ -204,8 +215,7 @@ def main(argv=None) -> int:
     window.fall_back_on_failed_start = not args.screenshot  # a screenshot of a bad --model exits 2 instead
     holder = {"window": window}
     install_exception_hook(lambda: holder.get("window"))
-    if args.screenshot or args.exit_after_paint:
-        window.resize(*args.size_wh)
+    apply_size(window, args)
 
     class FirstPaint(QObject):
         def eventFilter(self, obj, event):

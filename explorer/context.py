@@ -69,6 +69,19 @@ class PanelContext:
         self.window.notify_model_changed()
         return True
 
+    def file_path(self, name: str) -> str:
+        """`name` in the folder the user last opened or saved in (home the first time), for a file dialog."""
+        import os
+
+        folder = self.settings.value("last_dir", "") if self.settings is not None else ""
+        return os.path.join(str(folder) if folder and os.path.isdir(str(folder)) else os.path.expanduser("~"), name)
+
+    def remember_folder_of(self, path: str) -> None:
+        import os
+
+        if self.settings is not None and path:
+            self.settings.setValue("last_dir", os.path.dirname(os.path.abspath(path)))
+
     @property
     def settings(self):
         """The app's QSettings, or None (unit tests, screenshot mode keeps its own)."""

@@ -182,10 +182,11 @@ class AttentionController(PanelController):
 
     def _export_dialog(self, kind: str) -> None:
         filters = {"grid-png": "PNG image (*.png)", "head-png": "PNG image (*.png)", "npz": "NumPy archive (*.npz)"}
-        suggested = {"grid-png": "attention-grid.png", "head-png": "attention-head.png", "npz": "attention.npz"}
-        path, _ = QFileDialog.getSaveFileName(self.view, "Export", suggested[kind], filters[kind])
+        suggested = {"grid-png": "attention-grid.png", "head-png": "attention-head.png", "npz": "attention-capture.npz"}
+        path, _ = QFileDialog.getSaveFileName(self.view, "Export", self.ctx.file_path(suggested[kind]), filters[kind])
         if not path:
             return
+        self.ctx.remember_folder_of(path)
         try:
             if kind == "npz":
                 self.export_npz(path)

@@ -266,9 +266,11 @@ class ResidualController(PanelController):
     # -- export -------------------------------------------------------------------------------
     def _export_dialog(self, kind: str) -> None:
         filters = {"csv": "CSV (*.csv)", "png": "PNG image (*.png)", "svg": "SVG image (*.svg)"}
-        path, _ = QFileDialog.getSaveFileName(self.view, "Export", f"residual-{self.view.current_view}.{kind}",
+        path, _ = QFileDialog.getSaveFileName(self.view, "Export",
+                                              self.ctx.file_path(f"residual-{self.view.current_view}.{kind}"),
                                               filters[kind])
         if path:
+            self.ctx.remember_folder_of(path)
             self.export(kind, path)
 
     def export(self, kind: str, path: str) -> None:

@@ -62,7 +62,7 @@ class AttentionPanel(QWidget):
         self.export_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         menu = QMenu(self.export_button)
         for text, kind in (("Grid as PNG…", "grid-png"), ("Selected head as PNG…", "head-png"),
-                           ("Raw patterns as .npz…", "npz")):
+                           ("Captured arrays as .npz (pooled maps, head stats, lens)…", "npz")):
             menu.addAction(text, lambda kind=kind: self.exportRequested.emit(kind))
         self.export_button.setMenu(menu)
 

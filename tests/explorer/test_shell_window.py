@@ -238,3 +238,19 @@ def test_fault_out_of_vocabulary_generation_is_an_input_problem_shown_in_the_pan
     assert "outside this model" in status and "vocab_size=500" in status
     assert window.error_dialog is None and not window.errors_shown
     assert any("outside this model" in r.getMessage() for r in caplog.records)
+
+
+def test_size_option_sets_the_interactive_window_over_the_saved_geometry(qtbot, tiny_session, runner, tmp_path):
+    from explorer.app import apply_size, parse_args
+
+    saved = _settings(tmp_path)
+    first = MainWindow(tiny_session, runner, settings=saved)
+    qtbot.addWidget(first)
+    first.resize(1280, 820)
+    first.save_settings()
+    first.close()
+    window = MainWindow(tiny_session, runner, settings=saved)  # restores 1280×820
+    qtbot.addWidget(window)
+    apply_size(window, parse_args(["--size", "900x600"]))  # interactive: no --screenshot
+    assert (window.width(), window.height()) == (900, 600)
+    assert parse_args([]).size_wh is None  # without --size the saved geometry stays
