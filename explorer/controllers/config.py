@@ -11,7 +11,7 @@ import json
 
 from PySide6.QtCore import QObject
 
-from gptcore.config import PRESETS, ConfigError, GPTConfig
+from gptcore.config import GPT2_VOCAB, PRESETS, ConfigError, GPTConfig
 from gptcore.params import count_parameters, format_bytes, format_count
 
 from ..context import PanelContext
@@ -73,6 +73,8 @@ class ConfigController(PanelController):
         panel.configEdited.connect(self.on_edited)
         panel.presetChosen.connect(self.on_preset)
         panel.buildRequested.connect(self.on_build)
+        panel.buildCancelled.connect(self.cancel_build)
+        self._build_outcome: str | None = None  # "built" / "failed" once the running build ended
         session = ctx.session
         if session is not None and session.has_model:
             self.on_model_changed()
@@ -102,6 +104,23 @@ class ConfigController(PanelController):
         self.view.set_field_error(None)
         self.view.set_preset(preset_of(values))
         self.view.set_readout(readout_for(cfg))
+        ids = self._tokenizer_ids()
+        if cfg.vocab_size < ids:
+            self.view.set_field_warning(
+                "vocab_size", f"vocab_size {cfg.vocab_size:,} is below the tokenizer's {ids:,} ids: a model built "
+                f"with it can only read text whose tokens are all below {cfg.vocab_size:,} — Attention and "
+                f"Generation will name any other token. Fine for a toy model; {ids:,} covers every token.")
+        else:
+            self.view.set_field_warning(None)
+
+    def _tokenizer_ids(self) -> int:
+        session = self.ctx.session
+        if session is None:
+            return GPT2_VOCAB
+        try:
+            return int(session.tokenizer.n_vocab)
+        except Exception:  # noqa: BLE001 - no usable tokenizer: nothing to compare against
+            return GPT2_VOCAB
 
     def on_preset(self, name: str) -> None:
         self.show_config(GPTConfig.preset(name))
@@ -121,21 +140,38 @@ class ConfigController(PanelController):
             self.view.set_build_status(f"Not built: {self.report_error(exc, 'Build refused').message}", error=True)
             return
         self.view.set_build_busy(True)
+        self._build_outcome = None
+        preset = preset_of(cfg.to_dict())
+        name = f"{preset} shape ({scheme} init)" if preset else None  # None: the session names the shape
         self.view.set_build_status(f"Building {format_count(count_parameters(cfg).total)} parameters…")
 
         def work(token, progress):
-            return session.build(cfg.to_dict(), scheme, seed, progress, cancel=token)
+            return session.build(cfg.to_dict(), scheme, seed, progress, name=name, cancel=token)
 
         self.ctx.runner.submit(MODEL_TASK, work, on_result=self._built, on_error=self._build_failed,
-                               on_progress=self.view.set_build_progress,
-                               on_finished=lambda: self.view.set_build_busy(False))
+                               on_progress=self.view.set_build_progress, on_finished=self._build_finished)
+
+    def cancel_build(self) -> None:
+        """Stop the build between two layers; the current model stays."""
+        self.ctx.runner.cancel(MODEL_TASK)
+        self.view.set_build_status("Cancelling…")
+
+    def _build_finished(self) -> None:
+        """Neither built nor failed: cancelled (here or in the status bar) or superseded by a load."""
+        self.view.set_build_busy(False)
+        if self._build_outcome is None:
+            session = self.ctx.session
+            current = session.info.name if session is not None and session.has_model else "none yet"
+            self.view.set_build_status(f"Build cancelled; the current model ({current}) stays.")
 
     def _built(self, info) -> None:
+        self._build_outcome = "built"
         self.view.set_build_status(f"Built {info.name}: {info.n_params:,} parameters on {info.device}.")
         if not self.ctx.notify_model_changed():  # status bar + every panel, this one included
             self.on_model_changed()
 
     def _build_failed(self, exc: BaseException) -> None:
+        self._build_outcome = "failed"
         expl = self.report_error(exc, "Build failed")
         self.view.set_build_status(f"Not built: {expl.message}", error=True)
 
