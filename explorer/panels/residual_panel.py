@@ -172,7 +172,7 @@ class ResidualPanel(QWidget):
         self.controls_scroll.setWidget(column)
         self.controls_scroll.setWidgetResizable(True)
         self.controls_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.controls_scroll.setMinimumWidth(column.sizeHint().width() + 24)
+        self.controls_scroll.setMinimumWidth(min(column.sizeHint().width(), 280) + 24)  # narrow windows: fields shrink, not the plot
 
     def _build_plot(self) -> None:
         self.plot_column = QVBoxLayout()
