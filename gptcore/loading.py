@@ -24,6 +24,8 @@ import torch
 from .checkpoints import LoadCancelled, LoadError
 from .config import GPTConfig
 from .convert import ConversionError, check_against, convert_state_dict
+from .folder_tokenizer import TokenizerChoice, choose_tokenizer
+from .folder_tokenizer import load_tokenizer as _load_chosen_tokenizer
 from .hub import HUB_IDS, is_hub_cached
 from .layouts import GPT2_VOCAB, RawCheckpoint, is_conv1d, read_source
 from .model import GPT
@@ -32,7 +34,7 @@ from .params import dtype_bytes, format_bytes, format_count
 
 __all__ = [
     "HUB_IDS", "LoadCancelled", "LoadError", "LoadInfo", "default_device", "is_hub_cached", "load",
-    "resolve_device", "resolve_dtype",
+    "load_tokenizer", "resolve_device", "resolve_dtype",
 ]
 
 ProgressFn = Callable[[int, int, str], None]
@@ -46,7 +48,13 @@ DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp
 
 @dataclass(frozen=True)
 class LoadInfo:
-    """What was loaded, from where, and anything the user should know about it."""
+    """What was loaded, from where, and anything the user should know about it.
+
+    `trained` is True only with evidence (a published hub model, training metadata saved with
+    the weights; see provenance.py), False when known untrained, None when nothing says (weights
+    of unknown provenance: "loaded"); `provenance` says which. `tokenizer` names the tokenizer
+    that belongs to the model (`load_tokenizer(info)` builds it).
+    """
 
     name: str
     source: str
@@ -56,10 +64,17 @@ class LoadInfo:
     device: str
     n_params: int
     tied: bool
-    trained: bool = True
+    trained: bool | None = None
     warnings: tuple[str, ...] = ()
     format: str = ""
     seconds: float = 0.0
+    provenance: str = ""
+    tokenizer: TokenizerChoice = TokenizerChoice("gpt2", reason="GPT-2's tokenizer (default)")
+
+    @property
+    def status(self) -> str:
+        """"trained", "untrained" or "loaded" (provenance unknown): the word to show, never a guess."""
+        return {True: "trained", False: "untrained"}.get(self.trained, "loaded")
 
     def describe(self) -> dict[str, str]:
         c = self.config
@@ -76,6 +91,8 @@ class LoadInfo:
             "device": self.device,
             "memory": format_bytes(self.n_params * dtype_bytes(self.dtype)),
             "load time": f"{self.seconds:.2f} s",
+            "weights": f"{self.status} ({self.provenance})" if self.provenance else self.status,
+            "tokenizer": self.tokenizer.describe(),
             "warnings": "; ".join(self.warnings) if self.warnings else "none",
         }
 
@@ -147,10 +164,17 @@ def load(source, *, device=None, dtype=None, progress: ProgressFn | None = None,
     info = LoadInfo(
         name=raw.name, source=str(source), path=str(raw.path), config=raw.config,
         dtype=DTYPE_NAMES[target_dtype], device=str(model.device), n_params=model.num_parameters(),
-        tied=raw.config.tie_weights, trained=True, warnings=tuple(raw.warnings), format=raw.format,
-        seconds=time.perf_counter() - start,
+        tied=raw.config.tie_weights, trained=raw.provenance.trained, warnings=tuple(raw.warnings), format=raw.format,
+        seconds=time.perf_counter() - start, provenance=raw.provenance.why,
+        tokenizer=choose_tokenizer(raw.path, raw.config.vocab_size, nanogpt=raw.format == "nanoGPT ckpt"),
     )
     return model, info
+
+
+def load_tokenizer(info: LoadInfo):
+    """(tokenizer, reason) for a loaded model: GPT-2's BPE, the folder's own tokenizer.json (through
+    transformers' fast tokenizer, offline) or None with the reason, so token ids can be shown instead."""
+    return _load_chosen_tokenizer(info.tokenizer)
 
 
 def _check_cancel(cancel) -> None:
