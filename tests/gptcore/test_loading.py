@@ -79,7 +79,7 @@ def test_hf_folder_safetensors_matches_transformers(hf_tiny, tokens, tmp_path):
     assert info.format == "safetensors" and info.path.endswith("model.safetensors") and info.name == "tiny"
     assert info.n_params == hf_tiny.num_parameters() == count_parameters(info.config).total
     assert info.tied and model.unembed.weight is model.embed.weight
-    assert (info.dtype, info.device, info.trained) == ("fp32", "cpu", True)
+    assert (info.dtype, info.device, info.trained, info.status) == ("fp32", "cpu", None, "loaded")  # random weights
     assert info.config.n_head == 4 and info.config.block_size == 32
 
 
@@ -324,6 +324,7 @@ def test_hub_id_loads_from_the_offline_cache(hf_tiny, tokens, tmp_path, offline_
     assert cached_snapshot("gpt2") == snapshot
     model, info = load("gpt2")
     assert info.name == "gpt2" and info.format == "hub, safetensors"
+    assert info.trained is True and info.status == "trained"  # a published model, by its id
     assert Path(info.path).parent == snapshot
     assert_same_logits(model, hf_tiny, tokens)
 
