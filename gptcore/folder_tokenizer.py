@@ -53,8 +53,9 @@ def choose_tokenizer(weights: Path, vocab_size: int, *, nanogpt: bool = False) -
     if vocab_size < GPT2_VOCAB:
         why = ("nanoGPT's meta.pkl holds its vocabulary, but pickle files are never read (they can run code)"
                if nanogpt and (folder / "meta.pkl").is_file() else f"no {TOKENIZER_FILE} came with it")
-        return TokenizerChoice("none", reason=f"vocab_size {vocab_size:,} is smaller than GPT-2's {GPT2_VOCAB:,} "
-                                              f"(its own vocabulary) and {why}: token ids are shown instead of text")
+        return TokenizerChoice("none", reason=f"vocab_size {vocab_size:,} is smaller than GPT-2's {GPT2_VOCAB:,} (a "
+                                              f"character-level or other vocabulary of its own) and {why}: "
+                                              f"token ids are shown instead of text")
     return TokenizerChoice("gpt2", reason="a GPT-2-family model without a tokenizer of its own")
 
 

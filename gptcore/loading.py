@@ -27,7 +27,7 @@ from .convert import ConversionError, check_against, convert_state_dict
 from .folder_tokenizer import TokenizerChoice, choose_tokenizer
 from .folder_tokenizer import load_tokenizer as _load_chosen_tokenizer
 from .hub import HUB_IDS, is_hub_cached
-from .layouts import GPT2_VOCAB, RawCheckpoint, is_conv1d, read_source
+from .layouts import RawCheckpoint, is_conv1d, read_source
 from .model import GPT
 from .nonfinite import BackgroundScreen, count_non_finite, may_hold_non_finite, non_finite_error
 from .params import dtype_bytes, format_bytes, format_count
@@ -161,12 +161,15 @@ def load(source, *, device=None, dtype=None, progress: ProgressFn | None = None,
     raw = read_source(source, n_head, progress, cancel)
     _check_cancel(cancel)
     model = _build(raw, target_device, target_dtype, progress, cancel)
+    tokenizer = choose_tokenizer(raw.path, raw.config.vocab_size, nanogpt=raw.format == "nanoGPT ckpt")
+    if tokenizer.kind == "none":
+        raw.warnings.append(f"no tokenizer for this model: {tokenizer.reason}")
     info = LoadInfo(
         name=raw.name, source=str(source), path=str(raw.path), config=raw.config,
         dtype=DTYPE_NAMES[target_dtype], device=str(model.device), n_params=model.num_parameters(),
         tied=raw.config.tie_weights, trained=raw.provenance.trained, warnings=tuple(raw.warnings), format=raw.format,
         seconds=time.perf_counter() - start, provenance=raw.provenance.why,
-        tokenizer=choose_tokenizer(raw.path, raw.config.vocab_size, nanogpt=raw.format == "nanoGPT ckpt"),
+        tokenizer=tokenizer,
     )
     return model, info
 
@@ -197,10 +200,6 @@ def _build(raw: RawCheckpoint, device: torch.device, dtype: torch.dtype, progres
                             f"Is this file from a different model, or is the config from another one?") from None
         names = [k for k in expected if not (config.tie_weights and k == "unembed.weight")]
         weights = _take_weights(raw, ours, names, device, dtype, progress, cancel, screen)
-    if config.vocab_size < GPT2_VOCAB:
-        raw.warnings.append(f"vocab_size={config.vocab_size} is smaller than GPT-2's {GPT2_VOCAB}: the GPT-2 "
-                            f"tokenizer will produce ids this model has no embedding for (a character-level "
-                            f"model? its own vocabulary is not loaded)")
     model.load_state_dict(weights, strict=False, assign=True)
     model.tie_weights()
     leftover = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
