@@ -87,18 +87,19 @@ def not_what_was_expected(path: Path, kind: str, expected: str) -> LoadError:
         with open(path, "rb") as f:
             head = f.read(_SNIFF_BYTES)
         if head.startswith(_LFS_POINTER):
-            return LoadError(f"{path} is not {expected} but a Git LFS pointer (a small text file standing in "
-                             f"for the real weights); run `git lfs pull` in its repository, or download the file itself")
+            return LoadError(f"{path} is not {expected} but a Git LFS pointer (a small text file standing in for "
+                             f"the real weights); run `git lfs pull` in its repository, or download the file itself")
         first = head.decode("utf-8", errors="replace").strip().splitlines()[0][:80] if head.strip() else ""
-        what = "an HTML page (a failed download?)" if head.lstrip()[:15].lower().startswith((b"<!doctype", b"<html")) else "text"
+        html = head.lstrip()[:15].lower().startswith((b"<!doctype", b"<html"))
+        what = "an HTML page (a failed download?)" if html else "text"
         if "PyTorch" in expected:
             what += ", not a zip or pickle archive"
         return LoadError(f"{path} is not {expected} (it is {what}; it begins "
                          f"{first!r}). Point at the weights themselves: a folder with config.json + "
                          f"model.safetensors, a .safetensors file, a nanoGPT ckpt.pt or a torch.save'd model.pth")
     if kind == "safetensors":
-        return LoadError(f"{path} is not {expected} but a safetensors file; rename it to end in .safetensors "
-                         f"(or point at it as it is from a folder holding only it)")
+        return LoadError(f"{path} is not {expected} but a safetensors file; rename it to end in .safetensors, "
+                         f"or load the file itself")
     archive = "zip archive (what torch.save writes)" if kind == "zip" else "pickle (a torch.save file or other)"
     return LoadError(f"{path} is not {expected} but a {archive}; rename it to end in .pt or .pth")
 

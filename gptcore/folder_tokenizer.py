@@ -77,7 +77,8 @@ def load_tokenizer(choice: TokenizerChoice):
         try:
             return FolderTokenizer.from_file(Path(choice.path)), choice.reason
         except (OSError, ValueError, ImportError) as exc:
-            return None, f"{choice.path} could not be read ({exc.__class__.__name__}: {exc}); token ids are shown instead"
+            return None, (f"{choice.path} could not be read ({exc.__class__.__name__}: {exc}); "
+                          f"token ids are shown instead")
     return None, choice.reason
 
 

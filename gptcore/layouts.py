@@ -1,5 +1,8 @@
 """What a path or hub id holds: an HF folder (config.json + safetensors, sharded or not, or
-pytorch_model.bin), a lone .safetensors file, a nanoGPT ckpt.pt, a bare torch state dict.
+pytorch_model.bin), a lone .safetensors file, a nanoGPT ckpt.pt, the book's GPTModel (model.pth
+or its training dict; book.py), a bare torch state dict. A file is told by its content, not its
+suffix (checkpoints.sniff), and each read also says whether the weights are known to be trained
+(provenance.py).
 
 Each is read (memory-mapped, see checkpoints.py) into a `RawCheckpoint`: the tensors under their
 saved names plus a GPTConfig from wherever the layout keeps it (config.json, nanoGPT's model_args,
@@ -12,9 +15,9 @@ from pathlib import Path
 
 import torch
 
+from .book import FORMAT as BOOK_FORMAT, book_to_ours, is_book_state
 from .checkpoints import LoadError, read_json, read_safetensors, read_sharded_index, read_torch, sniff, tensors_only
 from .config import GPT2_VOCAB, ConfigError, GPTConfig
-from .book import FORMAT as BOOK_FORMAT, book_to_ours, is_book_state
 from .convert import ConversionError, config_from_hf, infer_config
 from .hub import HUB_IDS, fetch, is_hub_id
 from .provenance import UNKNOWN, Provenance, of_hf_folder, of_hub_id, of_training_dict
@@ -164,7 +167,8 @@ def _read_torch_file(path: Path, n_head) -> RawCheckpoint:
                          notes + warnings, "tensor shapes", detach=True, provenance=provenance)
 
 
-def _read_book(path: Path, state: dict, n_head, container: str, provenance: Provenance, notes: list[str]) -> RawCheckpoint:
+def _read_book(path: Path, state: dict, n_head, container: str, provenance: Provenance,
+               notes: list[str]) -> RawCheckpoint:
     """The book's GPTModel, renamed to ours (book.py); its head count found as for any lone file."""
     ours = book_to_ours(state)
     config, warnings = _infer(path, ours, n_head)
@@ -203,7 +207,8 @@ def _infer(path: Path, state: dict, n_head) -> tuple[GPTConfig, list[str]]:
     sidecar = path.with_name("config.json")
     if sidecar.is_file() and sidecar != path:
         side = read_json(sidecar)
-        side_heads = next((side[k] for k in ("n_head", "num_attention_heads", "n_heads") if k in side), None)  # n_heads: the book's
+        heads_keys = ("n_head", "num_attention_heads", "n_heads")  # GPT-2, other HF configs, the book's
+        side_heads = next((side[k] for k in heads_keys if k in side), None)
         eps = side.get("layer_norm_epsilon", eps)
         if n_head is None and isinstance(side_heads, int):
             n_head = side_heads

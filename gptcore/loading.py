@@ -150,7 +150,8 @@ def load(source, *, device=None, dtype=None, progress: ProgressFn | None = None,
     """Load a GPT-2-family checkpoint -> (model in eval mode on `device`, LoadInfo).
 
     `source`: a hub id (gpt2, openai-community/gpt2, gpt2-medium, gpt2-large, gpt2-xl, distilgpt2, or
-    any org/name), an HF folder, a .safetensors file, a nanoGPT ckpt.pt or a torch state dict file.
+    any org/name), an HF folder, a .safetensors file, a nanoGPT ckpt.pt, the book's GPTModel
+    (model.pth, or its dict with the optimizer state) or a torch state dict file.
     `progress(done, total, what)` is called as bytes arrive and are loaded; `cancel()` is checked
     between steps and raises LoadCancelled. `n_head` is for files without a config (it is not in
     any tensor shape).
@@ -167,9 +168,8 @@ def load(source, *, device=None, dtype=None, progress: ProgressFn | None = None,
     info = LoadInfo(
         name=raw.name, source=str(source), path=str(raw.path), config=raw.config,
         dtype=DTYPE_NAMES[target_dtype], device=str(model.device), n_params=model.num_parameters(),
-        tied=raw.config.tie_weights, trained=raw.provenance.trained, warnings=tuple(raw.warnings), format=raw.format,
-        seconds=time.perf_counter() - start, provenance=raw.provenance.why,
-        tokenizer=tokenizer,
+        tied=raw.config.tie_weights, trained=raw.provenance.trained, provenance=raw.provenance.why,
+        tokenizer=tokenizer, warnings=tuple(raw.warnings), format=raw.format, seconds=time.perf_counter() - start,
     )
     return model, info
 

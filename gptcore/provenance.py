@@ -55,9 +55,8 @@ def of_hub_id(model_id: str) -> Provenance:
 def of_hf_folder(folder: Path, hf_config: Mapping[str, Any]) -> Provenance:
     """A hub cache snapshot of a known model, or a config naming one as its origin; else unknown."""
     repo = _cached_repo(folder)
-    if repo is not None:
-        return of_hub_id(repo) if repo in KNOWN_TRAINED else Provenance(None, f"a hub cache copy of {repo}, "
-                                                                              f"which does not record whether its weights were trained")
+    if repo is not None:  # the cache copy of a hub repository is that repository
+        return of_hub_id(repo)
     origin = hf_config.get("_name_or_path")
     if isinstance(origin, str) and origin in KNOWN_TRAINED:
         return Provenance(True, f"config.json says it was made from {origin} (a published pretrained model)")

@@ -128,7 +128,8 @@ def test_a_hub_cache_snapshot_of_a_published_model_is_trained_by_path_too(hf_tin
     assert info.trained is True and "openai-community/gpt2" in info.provenance
     other = tmp_path / "hub" / "models--someone--gpt2-copy" / "snapshots" / ("b" * 40)
     hf_tiny.save_pretrained(other)
-    assert load(other)[1].trained is None
+    other_info = load(other)[1]
+    assert other_info.trained is None and "someone/gpt2-copy came from the hub" in other_info.provenance
 
 
 @pytest.mark.parametrize("extra, trained, words", [
