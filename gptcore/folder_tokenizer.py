@@ -23,6 +23,7 @@ from .config import GPT2_VOCAB
 TOKENIZER_FILE = "tokenizer.json"
 _BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")  # sentencepiece's byte fallback
 _METASPACE = "\N{LOWER ONE EIGHTH BLOCK}"  # "▁": sentencepiece's visible space
+_GPT2_TOKENIZER_JSON_MAX = 8_000_000  # GPT-2's own tokenizer.json: 1.4-3.6 MB as tokenizers writes it
 # Special tokens that end a text when the tokenizer's config names no eos token.
 _EOS_NAMES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<|im_end|>")
 
@@ -44,9 +45,12 @@ def choose_tokenizer(weights: Path, vocab_size: int, *, nanogpt: bool = False) -
     """The tokenizer for the weights at `weights` (a file; its folder is searched)."""
     folder = weights.parent
     own = folder / TOKENIZER_FILE
-    if own.is_file():
-        return TokenizerChoice("folder", str(own), f"the model's own {TOKENIZER_FILE}")
     model_type = _model_type(folder)
+    if own.is_file():
+        if model_type in (None, "gpt2") and is_gpt2_bpe(own):
+            return TokenizerChoice("gpt2", reason=f"its {TOKENIZER_FILE} is GPT-2's own BPE (the verified offline "
+                                                  f"copy is used)")
+        return TokenizerChoice("folder", str(own), f"the model's own {TOKENIZER_FILE}")
     if model_type not in (None, "gpt2"):
         return TokenizerChoice("none", reason=f"no {TOKENIZER_FILE} next to this {model_type} model, whose "
                                               f"vocabulary is its own: token ids are shown instead of text")
@@ -57,6 +61,30 @@ def choose_tokenizer(weights: Path, vocab_size: int, *, nanogpt: bool = False) -
                                               f"character-level or other vocabulary of its own) and {why}: "
                                               f"token ids are shown instead of text")
     return TokenizerChoice("gpt2", reason="a GPT-2-family model without a tokenizer of its own")
+
+
+def is_gpt2_bpe(path: Path) -> bool:
+    """Is this tokenizer.json GPT-2's BPE, token for token? (A fine-tuned GPT-2 folder usually
+    ships it.) Then the offline copy serves: same ids, no transformers import, and typed
+    "<|endoftext|>" stays text as everywhere else in the app."""
+    from .tokenizer import ENDOFTEXT, EOT_ID, _data_dir
+
+    try:
+        if path.stat().st_size > _GPT2_TOKENIZER_JSON_MAX:
+            return False
+        spec = json.loads(path.read_text(encoding="utf-8"))
+        model = spec["model"]
+        added = {t["content"]: t["id"] for t in spec.get("added_tokens") or []}
+        byte_level = "ByteLevel" in json.dumps(spec.get("pre_tokenizer"))
+        if model.get("type") != "BPE" or added != {ENDOFTEXT: EOT_ID} or not byte_level:
+            return False
+        data = _data_dir()
+        encoder = json.loads((data / "encoder.json").read_text(encoding="utf-8"))
+        merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model.get("merges", [])]
+        lines = (data / "vocab.bpe").read_text(encoding="utf-8").split("\n")[1:]
+        return model.get("vocab") == encoder and merges == [tuple(line.split()) for line in lines if line.strip()]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
 
 
 def _model_type(folder: Path) -> str | None:

@@ -101,6 +101,29 @@ def test_a_gpt2_folder_without_a_tokenizer_keeps_gpt2s_offline_bpe(tmp_path):
     assert isinstance(ours, GPT2Tokenizer) and ours.encode("Every effort moves you") == [6109, 3626, 6100, 345]
 
 
+def test_a_gpt2_folder_shipping_gpt2s_own_tokenizer_json_uses_the_offline_copy(tmp_path):
+    """A fine-tuned GPT-2 folder usually carries GPT-2's tokenizer.json: recognised token for token,
+    so the verified offline BPE serves (same ids as the file, without importing transformers)."""
+    from gptcore.tokenizer import _data_dir
+
+    data = _data_dir()
+    gpt2 = Tokenizer(models.BPE.from_file(str(data / "encoder.json"), str(data / "vocab.bpe")))
+    gpt2.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    gpt2.decoder = decoders.ByteLevel()
+    gpt2.add_special_tokens(["<|endoftext|>"])
+    folder = gpt2_folder(tmp_path / "finetuned", 50257)
+    gpt2.save(str(folder / "tokenizer.json"))
+    _, info = load(folder)
+    assert info.tokenizer.kind == "gpt2" and "GPT-2's own BPE" in info.tokenizer.reason
+    ours, _ = load_tokenizer(info)
+    for text in TEXTS:
+        assert ours.encode(text) == gpt2.encode(text, add_special_tokens=False).ids
+    spec = json.loads((folder / "tokenizer.json").read_text())
+    del spec["model"]["vocab"]["Ġthe"]  # one token different: no longer GPT-2's, so the folder's own is used
+    (folder / "tokenizer.json").write_text(json.dumps(spec))
+    assert choose_tokenizer(folder / "model.safetensors", 50257).kind == "folder"
+
+
 def test_a_small_vocabulary_without_its_tokenizer_gets_none_and_the_reason(tmp_path):
     folder = gpt2_folder(tmp_path / "model", 1000)
     _, info = load(folder)
