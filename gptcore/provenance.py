@@ -6,8 +6,8 @@ are three kinds:
 - the published models: a known hub id, fetched or found in the hub cache, or a config.json whose
   `_name_or_path` (written by transformers 4.x) names one, i.e. weights fine-tuned from them;
 - training metadata a training script saved with the weights: nanoGPT's `iter_num` /
-  `best_val_loss`, an optimizer state (the book's `optimizer_state_dict`, Lightning's
-  `optimizer_states`), an epoch or step counter;
+  `best_val_loss`, an optimizer state that has taken steps (the book's `optimizer_state_dict`,
+  nanoGPT's `optimizer`, Lightning's `optimizer_states`), an epoch or step counter above zero;
 - nothing else. Without evidence the weights are "loaded": provenance unknown, not "untrained".
 
 A `Provenance` is (trained, why): trained is True (known trained), False (known not to be:
@@ -73,21 +73,32 @@ def _cached_repo(folder: Path) -> str | None:
 
 
 def of_training_dict(ckpt: Mapping[str, Any]) -> Provenance:
-    """What a training script saved next to the weights (nanoGPT, the book, Lightning, most loops)."""
-    steps = next(((k, ckpt[k]) for k in _STEP_KEYS if _is_number(ckpt.get(k))), None)
-    if steps is not None and float(steps[1]) <= 0 and "best_val_loss" not in ckpt:
-        return Provenance(False, f"saved at {steps[0]}={steps[1]}, before any training step")
-    found = []
-    if steps is not None:
-        found.append(f"{steps[0]}={_plain(steps[1])}")
-    if "best_val_loss" in ckpt and _is_number(ckpt["best_val_loss"]):
+    """What a training script saved next to the weights (nanoGPT, the book, Lightning, most loops).
+
+    Evidence of training: a step counter above zero, nanoGPT's best_val_loss, or an optimizer state
+    that has taken steps (torch keeps per-parameter state only after the first `step()`). A step
+    counter of zero with no such optimizer state means saved before training. An epoch of 0 proves
+    nothing either way (loops count from 0 and save at the end of an epoch)."""
+    counters = {k: float(ckpt[k]) for k in _STEP_KEYS if _is_number(ckpt.get(k))}
+    optimizer = next((k for k in _OPTIMIZER_KEYS if _has_stepped(ckpt.get(k))), None)
+    unstarted = [k for k in _STEP_KEYS if k != "epoch" and counters.get(k, 1) <= 0]
+    if unstarted and optimizer is None:
+        return Provenance(False, f"saved at {unstarted[0]}=0, before any training step")
+    found = [f"{k}={_plain(ckpt[k])}" for k, v in counters.items() if v > 0]
+    if _is_number(ckpt.get("best_val_loss")):
         found.append(f"best_val_loss={float(ckpt['best_val_loss']):.4g}")
-    optimizer = next((k for k in _OPTIMIZER_KEYS if isinstance(ckpt.get(k), (dict, list)) and ckpt[k]), None)
     if optimizer is not None:
-        found.append(f"an optimizer state ({optimizer})")
+        found.append(f"an optimizer state that has taken steps ({optimizer})")
     if found:
         return Provenance(True, "saved by a training run: " + ", ".join(found))
     return UNKNOWN
+
+
+def _has_stepped(optimizer) -> bool:
+    """An optimizer state_dict (or Lightning's list of them) holding per-parameter state."""
+    if isinstance(optimizer, list):
+        return any(_has_stepped(o) for o in optimizer)
+    return isinstance(optimizer, dict) and isinstance(optimizer.get("state"), dict) and bool(optimizer["state"])
 
 
 def _is_number(value) -> bool:

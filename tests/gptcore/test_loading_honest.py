@@ -135,6 +135,7 @@ def test_a_hub_cache_snapshot_of_a_published_model_is_trained_by_path_too(hf_tin
 @pytest.mark.parametrize("extra, trained, words", [
     (dict(iter_num=250, best_val_loss=torch.tensor(3.25)), True, "iter_num=250, best_val_loss=3.25"),
     (dict(iter_num=0), False, "before any training step"),
+    (dict(iter_num=0, best_val_loss=torch.tensor(6.2)), False, "before any training step"),  # evaluated, not trained
     ({}, None, "nothing in the checkpoint"),
 ])
 def test_nanogpt_training_metadata_decides(hf_tiny, tmp_path, extra, trained, words):
@@ -152,6 +153,9 @@ def test_a_bare_state_dict_is_loaded_and_a_wrapped_one_with_an_epoch_is_trained(
     _, info = load(tmp_path / "wrapped.pt", n_head=4)
     assert info.trained is True and "epoch=3" in info.provenance
     assert any("only model_state_dict was read; epoch" in w for w in info.warnings)
+    fresh = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))]).state_dict()  # never stepped: no state
+    torch.save({"model_state_dict": state, "optimizer_state_dict": fresh, "epoch": 0}, tmp_path / "before.pt")
+    assert load(tmp_path / "before.pt", n_head=4)[1].trained is None  # proves nothing either way
 
 
 # -- the preset a config equals ------------------------------------------------------------------------
