@@ -61,22 +61,35 @@ def read_source(source, n_head=None, progress=None, cancel=None) -> RawCheckpoin
 
 def _read_path(path: Path, n_head) -> RawCheckpoint:
     if path.is_dir():
-        if (path / "config.json").is_file():
+        lone_torch = _lone_torch_file(path)
+        if (path / "config.json").is_file() and lone_torch is None:
             return _read_hf_folder(path, n_head)
         if (path / "ckpt.pt").is_file():
             return _read_torch_file(path / "ckpt.pt", n_head)
+        if lone_torch is not None:  # e.g. the book's model.pth, maybe with its config.json as a sidecar
+            return _read_torch_file(lone_torch, n_head)
         lone = sorted(path.glob("*.safetensors"))
         if len(lone) == 1:
             return _read_lone_safetensors(lone[0], n_head)
         listing = ", ".join(sorted(p.name for p in path.iterdir())[:10]) or "nothing"
         raise LoadError(f"{path} holds no checkpoint I can read (found: {listing}); expected config.json + "
-                        f"model.safetensors (HF), a sharded model.safetensors.index.json, ckpt.pt (nanoGPT) "
-                        f"or a single .safetensors file")
+                        f"model.safetensors (HF), a sharded model.safetensors.index.json, ckpt.pt (nanoGPT), "
+                        f"a single .pt/.pth state dict (e.g. the book's model.pth) or a single .safetensors file")
     if path.name.endswith(".index.json") or path.name == "config.json":
         return _read_hf_folder(path.parent, n_head)
     if path.suffix == ".safetensors" or sniff(path) == "safetensors":  # any other suffix: by content
         return _read_lone_safetensors(path, n_head)
     return _read_torch_file(path, n_head)
+
+
+def _lone_torch_file(folder: Path) -> Path | None:
+    """The one .pt/.pth file of a folder without Hugging Face weights (whose config.json, if any,
+    is then a sidecar, as the book's readers save theirs), else None."""
+    hf_weights = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+    if any((folder / name).is_file() for name in hf_weights):
+        return None
+    found = [p for p in folder.iterdir() if p.suffix in (".pt", ".pth") and p.is_file()]
+    return found[0] if len(found) == 1 else None
 
 
 def _display_name(path: Path) -> str:

@@ -148,9 +148,10 @@ def test_book_head_count_from_a_sidecar_config_in_the_books_own_keys(tokens, tmp
     book = book_model(seed=1)
     torch.save(book.state_dict(), tmp_path / "model.pth")
     (tmp_path / "config.json").write_text(json.dumps(BOOK_CFG))  # GPT_CONFIG_124M-style: "n_heads"
-    model, info = load(tmp_path / "model.pth")
-    assert info.config.n_head == 4 and not any("head count" in w for w in info.warnings)
-    assert_same_logits(model, book, tokens)
+    for source in (tmp_path / "model.pth", tmp_path):  # the file, or its folder (config.json there is no HF config)
+        model, info = load(source)
+        assert info.config.n_head == 4 and not any("head count" in w for w in info.warnings)
+        assert_same_logits(model, book, tokens)
 
 
 def test_book_head_count_guessed_with_a_warning_that_names_the_fix(tmp_path):
