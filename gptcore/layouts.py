@@ -24,6 +24,8 @@ from .provenance import UNKNOWN, Provenance, of_hf_folder, of_hub_id, of_trainin
 
 # File names too generic to name a model: the folder holding them names it instead.
 _GENERIC_NAMES = {"ckpt.pt", "model.safetensors", "pytorch_model.bin", "model.pt", "checkpoint.pt", "model.pth"}
+_HF_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                    "pytorch_model.bin.index.json")
 # Wrappers training scripts put the weights in, one level down (the book, Lightning and most loops).
 _WEIGHT_KEYS = ("model_state_dict", "state_dict")
 
@@ -85,8 +87,7 @@ def _read_path(path: Path, n_head) -> RawCheckpoint:
 def _lone_torch_file(folder: Path) -> Path | None:
     """The one .pt/.pth file of a folder without Hugging Face weights (whose config.json, if any,
     is then a sidecar, as the book's readers save theirs), else None."""
-    hf_weights = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
-    if any((folder / name).is_file() for name in hf_weights):
+    if any((folder / name).is_file() for name in _HF_WEIGHT_FILES):
         return None
     found = [p for p in folder.iterdir() if p.suffix in (".pt", ".pth") and p.is_file()]
     return found[0] if len(found) == 1 else None

@@ -80,7 +80,8 @@ class BookTransformerBlock(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         d = cfg["emb_dim"]
-        self.att = BookMultiHeadAttention(d, d, cfg["context_length"], cfg["drop_rate"], cfg["n_heads"], cfg["qkv_bias"])
+        self.att = BookMultiHeadAttention(d, d, cfg["context_length"], cfg["drop_rate"], cfg["n_heads"],
+                                          cfg["qkv_bias"])
         self.ff = BookFeedForward(cfg)
         self.norm1, self.norm2 = BookLayerNorm(d), BookLayerNorm(d)
         self.drop_shortcut = nn.Dropout(cfg["drop_rate"])
