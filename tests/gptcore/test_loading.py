@@ -472,5 +472,7 @@ def test_cli_info_describes_the_checkpoint(hf_tiny, tmp_path, capsys):
     assert f"{hf_tiny.num_parameters():,}" in out
     assert "tied to the token embedding" in out and "2 layers, 4 heads, width 64" in out
     assert "MLP in" in out  # the parameter breakdown follows
+    assert "loaded (nothing in the checkpoint says how its weights were made)" in out  # random weights: not "trained"
+    assert "no tokenizer for this model: vocab_size 500" in out  # and why token ids, not text
     assert cli_main(["info", str(tmp_path / "missing")]) == 2
     assert "no such file or folder" in capsys.readouterr().err
