@@ -103,8 +103,13 @@ class ModelStatusBar(QStatusBar):
         if not has_model:
             labels["trained"].setText("")
         else:
-            labels["trained"].setText("trained" if info.trained else "UNTRAINED")
-        labels["trained"].setProperty("trained", "true" if info.trained else "false")
+            word = info.status_word
+            labels["trained"].setText("UNTRAINED" if word == "untrained" else word)
+            labels["trained"].setToolTip(info.provenance or {"trained": "published or trained weights",
+                                                             "untrained": "random weights",
+                                                             "loaded": "weights of unknown provenance"}[word])
+        labels["trained"].setProperty("trained", {"trained": "true", "untrained": "false"}.get(
+            info.status_word, "unknown"))
         theme.restyle(labels["trained"])
         labels["device"].setText(info.device if has_model else "")
         labels["dtype"].setText(info.dtype if has_model else "")
@@ -140,7 +145,7 @@ class UntrainedBanner(QLabel):
         self.hide()
 
     def show_for(self, info, has_model: bool) -> None:
-        if not (has_model and not info.trained):
+        if not (has_model and info.status_word == "untrained"):
             self.hide()
             return
         from .session import UNTRAINED_HOW_TO

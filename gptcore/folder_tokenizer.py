@@ -193,3 +193,40 @@ def _model_special_ids(folder: Path) -> dict:
 
 def _in_range(token_id, n_vocab: int) -> int | None:
     return token_id if isinstance(token_id, int) and 0 <= token_id < n_vocab else None
+
+
+class IdTokenizer:
+    """For a model with no usable tokenizer: text is typed as token ids ("15 496 11") and tokens
+    are shown as ids ("#15"), so every view still works and nothing pretends to be words.
+    `reason` says why there is no real tokenizer."""
+
+    eot_token = None
+    bos_token = None
+    eos_token = None
+
+    def __init__(self, n_vocab: int, reason: str):
+        self.n_vocab = int(n_vocab)
+        self.reason = reason
+
+    def encode(self, text: str, **_kwargs) -> list[int]:
+        ids = []
+        for word in text.replace(",", " ").split():
+            try:
+                value = int(word.lstrip("#"))
+            except ValueError:
+                raise ValueError(f"this model has no tokenizer ({self.reason}), so a prompt is token ids: "
+                                 f"type numbers separated by spaces, e.g. '15 496 11', not {word!r}") from None
+            if not 0 <= value < self.n_vocab:
+                raise ValueError(f"token id {value:,} is outside this model's vocabulary (0..{self.n_vocab - 1:,}); "
+                                 f"type ids below {self.n_vocab:,}")
+            ids.append(value)
+        return ids
+
+    def token_str(self, token: int) -> str:
+        return f"#{int(token)}"
+
+    def token_bytes(self, token: int) -> bytes:
+        return f"#{int(token)} ".encode()
+
+    def decode(self, tokens, errors: str = "replace") -> str:
+        return "".join(f"#{int(t)} " for t in tokens)  # spaced, so streamed ids stay apart

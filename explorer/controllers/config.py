@@ -180,7 +180,7 @@ class ConfigController(PanelController):
         if not self.ctx.runner.is_running(MODEL_TASK):
             self.view.set_build_busy(False)  # a Build superseded by a load gets no on_finished of its own
         info = self.ctx.session.info
-        kind = "trained" if info.trained else "untrained"
+        kind = info.status_word
         self.view.set_loaded_model(
             f"Current model: <b>{info.name}</b> — {kind}, {info.n_params:,} parameters on {info.device}. "
             f"The form shows its config; edit it to explore, then Build.")

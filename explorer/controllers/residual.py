@@ -197,7 +197,7 @@ class ResidualController(PanelController):
     def _measure_reference(self, settings: dict) -> None:
         """The loaded (trained) model's own curve, measured with the sweep's settings."""
         session = self.ctx.session
-        if not session.has_model or not session.info.trained:
+        if not session.has_model or session.info.status_word == "untrained":
             return
         version = session.version
 
