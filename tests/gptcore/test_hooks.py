@@ -36,7 +36,7 @@ def idx():
 
 
 def _attached(model):
-    return {name for name, hp in model.hook_dict.items() if hp._forward_hooks}
+    return {name for name, hp in model.hook_dict.items() if hp.active}
 
 
 def test_hook_names_are_pinned_and_come_from_the_module_tree(model):
