@@ -111,6 +111,26 @@ def test_observing_hook_changes_nothing_and_active_flag(model, idx):
     torch.testing.assert_close(observed, model(idx), rtol=0, atol=0)
 
 
+def test_active_follows_hooks_added_with_torchs_own_call_and_their_removal(model, idx):
+    """`active` is HookPoint's own record (torch has no public "has hooks"); a hook attached with
+    torch's register_forward_hook must count too, or attention would skip the pattern it hooks."""
+    hp = model.hook_dict["blocks.0.attn.hook_pattern"]
+    seen = []
+    handle = hp.register_forward_hook(lambda m, i, out: seen.append(out.shape))
+    assert hp.active
+    model(idx)
+    assert seen == [(2, CFG.n_head, 7, 7)]  # the explicit path ran and fed the hook
+    handle.remove()
+    handle.remove()  # a second remove is harmless, as with torch's handles
+    assert not hp.active
+    model(idx)
+    assert len(seen) == 1  # removed from torch too: it no longer fires
+    with hp.register_forward_hook(lambda m, i, out: seen.append("again")), hp.add_hook(lambda t, h: None):
+        assert hp.active
+        model(idx)
+    assert not hp.active and seen[1:] == ["again"]
+
+
 def test_zero_ablating_a_head_via_hook_z(model, idx):
     """Replacing hook_z's head 2 by zeros equals removing that head's slice of c_proj."""
     layer, head, hs = 1, 2, CFG.head_dim
