@@ -184,6 +184,12 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.screenshot or args.exit_after_paint:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from .platform_check import xcb_problem
+
+    problem = xcb_problem()  # before Qt, which would abort with its own words
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
     log_path = setup_logging()
 
     from PySide6.QtCore import QEvent, QObject, QSettings, QTimer
