@@ -71,20 +71,24 @@ class _OneLineFormatter(logging.Formatter):
         return f"gpt-explorer: {record.getMessage()}"
 
 
+LOGGERS = ("explorer", "gptcore")  # the app's own lines and gptcore's (e.g. the oneDNN fallback)
+
+
 def teardown_logging() -> None:
     """Remove (and close) the handlers setup_logging added."""
-    root = logging.getLogger("explorer")
     while _HANDLERS:
         handler = _HANDLERS.pop()
-        root.removeHandler(handler)
+        for name in LOGGERS:
+            logging.getLogger(name).removeHandler(handler)
         handler.close()
 
 
 def setup_logging() -> Path | None:
     """A rotating log file in the user's standard log directory (size-capped), plus stderr."""
     teardown_logging()
-    root = logging.getLogger("explorer")
-    root.setLevel(logging.INFO)
+    loggers = [logging.getLogger(name) for name in LOGGERS]
+    for logger in loggers:
+        logger.setLevel(logging.INFO)
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     path = None
     try:
@@ -94,14 +98,16 @@ def setup_logging() -> Path | None:
         handler = logging.handlers.RotatingFileHandler(path, maxBytes=LOG_MAX_BYTES, backupCount=LOG_BACKUPS,
                                                        encoding="utf-8")
         handler.setFormatter(fmt)
-        root.addHandler(handler)
+        for logger in loggers:
+            logger.addHandler(handler)
         _HANDLERS.append(handler)
     except OSError as exc:  # a read-only home must not stop the app
         print(f"gpt-explorer: cannot write a log file ({exc}); logging to stderr only", file=sys.stderr)
     console = logging.StreamHandler(sys.stderr)
     console.setLevel(logging.WARNING)
     console.setFormatter(_OneLineFormatter())
-    root.addHandler(console)
+    for logger in loggers:
+        logger.addHandler(console)
     _HANDLERS.append(console)
     return path
 
