@@ -15,7 +15,9 @@ import torch
 from .checkpoints import LoadError, read_json, read_safetensors, read_sharded_index, read_torch, tensors_only
 from .config import GPT2_VOCAB, ConfigError, GPTConfig
 from .convert import ConversionError, config_from_hf, infer_config
+from .convert import convert_llama_state_dict
 from .hub import HUB_IDS, fetch, is_hub_id
+from .llama_family import LLAMA_FAMILY, config_from_llama_json, is_llama_family
 
 # File names too generic to name a model: the folder holding them names it instead.
 _GENERIC_NAMES = {"ckpt.pt", "model.safetensors", "pytorch_model.bin", "model.pt", "checkpoint.pt"}
@@ -84,7 +86,8 @@ def _display_name(path: Path) -> str:
 
 def _read_hf_folder(folder: Path, n_head, safetensors_only: bool = False) -> RawCheckpoint:
     config_path = folder / "config.json"
-    config, warnings = _config_from_hf_json(config_path, read_json(config_path))
+    hf = read_json(config_path)
+    config, warnings = _config_from_hf_json(config_path, hf)
     detach = False
     if n_head is not None and n_head != config.n_head:
         raise LoadError(f"n_head={n_head} was given but {config_path} says n_head={config.n_head}; "
@@ -107,6 +110,8 @@ def _read_hf_folder(folder: Path, n_head, safetensors_only: bool = False) -> Raw
             allowed += " or pytorch_model.bin"
         raise LoadError(f"{folder} has config.json but no weights: expected {allowed} next to it "
                         f"(an interrupted download? download it again)")
+    if is_llama_family(hf):
+        state = convert_llama_state_dict(state)
     return RawCheckpoint(state, config, weights, fmt, folder.name, warnings, config_path.name, detach)
 
 
@@ -115,9 +120,12 @@ _HF_REQUIRED = ("vocab_size", "n_positions", "n_layer", "n_head", "n_embd")
 
 def _config_from_hf_json(path: Path, hf: dict) -> tuple[GPTConfig, list[str]]:
     model_type = hf.get("model_type", "gpt2")
+    if is_llama_family(hf):
+        return config_from_llama_json(path, hf)
     if model_type != "gpt2":
-        raise LoadError(f"{path}: model_type {model_type!r} is not GPT-2; this explorer loads GPT-2-class "
-                        f"models (gpt2, distilgpt2, nanoGPT checkpoints)")
+        raise LoadError(f"{path}: model_type {model_type!r} is not supported; this explorer loads GPT-2-class "
+                        f"models (gpt2, distilgpt2, nanoGPT checkpoints) and the Llama family "
+                        f"({', '.join(f'{t}: {a}' for t, a in LLAMA_FAMILY.items())})")
     missing = [k for k in _HF_REQUIRED if not isinstance(hf.get(k), int)]
     if missing:
         raise LoadError(f"{path} lacks {', '.join(missing)} (or they are not whole numbers); "
