@@ -206,6 +206,17 @@ class GPTConfig:
                                                f"pick one of {options}")
 
 
+def describe_parts(cfg: GPTConfig) -> str:
+    """One line naming the parts a config uses, e.g. for `gptcore info` and the status bar."""
+    positions = {"learned": "learned positions", "sinusoidal": "sinusoidal positions",
+                 "rope": f"rotary positions (base {cfg.rope_theta:g})"}[cfg.pos_embedding]
+    norm = "RMSNorm" if cfg.norm == "rmsnorm" else "LayerNorm"
+    mlp = f"{'SwiGLU' if cfg.mlp == 'swiglu' else 'GELU'} MLP {cfg.d_mlp:,}"
+    heads = (f"grouped-query attention {cfg.n_head}/{cfg.kv_heads}" if cfg.kv_heads != cfg.n_head
+             else f"{cfg.n_head}-head attention")
+    return f"{positions}, {norm}, {mlp}, {heads}"
+
+
 def _positive_int(name: str, value, upper: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(name, f"must be a whole number, got {value!r}")

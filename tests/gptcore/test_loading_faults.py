@@ -235,7 +235,11 @@ def test_fault_config_json_that_is_not_gpt2_or_broken(folder):
     (folder / "config.json").write_text(json.dumps({**config, "model_type": "mistral"}))
     with pytest.raises(LoadError, match="model_type 'mistral' is not supported.*llama: LlamaForCausalLM"):
         load(folder)
-    (folder / "config.json").write_text(json.dumps({**config, "model_type": "llama"}))  # GPT-2's fields only
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "llama"}))  # a GPT-2 head
+    with pytest.raises(LoadError, match=r"architectures \['GPT2LMHeadModel'\] has no LlamaForCausalLM"):
+        load(folder)
+    gpt2_fields = {k: v for k, v in config.items() if k != "architectures"}
+    (folder / "config.json").write_text(json.dumps({**gpt2_fields, "model_type": "llama"}))
     with pytest.raises(LoadError, match="lacks hidden_size, intermediate_size"):
         load(folder)
     (folder / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "n_head"}))
