@@ -124,3 +124,25 @@ def test_kv_cache_steps_equal_the_full_forward(overrides):
         parts = [model(ids[:, :6], kv_cache=cache), model(ids[:, 6:9], kv_cache=cache)]  # a chunk with a mask
         parts += [model(ids[:, t:t + 1], kv_cache=cache) for t in range(9, 15)]
     torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-4, rtol=0)
+
+
+def test_probes_work_on_the_modern_parts():
+    """The residual and gradient probes and the attention capture take any config. Oracle for the
+    residual: post-norm RMSNorm (weight 1 at init) leaves every sub-block's output with RMS 1
+    exactly (up to eps), as post-LN LayerNorm does."""
+    from gptcore.probes.attention import capture_attention
+    from gptcore.probes.gradients import gradient_flow
+    from gptcore.probes.residual import residual_norms
+
+    modern = GPTConfig(**BASE, n_kv_head=2, pos_embedding="rope", norm="rmsnorm", mlp="swiglu", mlp_hidden=48, bias=False)
+    post = residual_norms(modern.replace(ln_placement="post"), schemes=("gpt2",), seeds=(0,), batch=2, length=8,
+                          metric="rms")
+    assert post.mean[0, 1:] == pytest.approx(1.0, abs=0.02)  # eps=1e-5 against a small first mean square
+    flow = gradient_flow(modern, schemes=("gpt2", "kaiming-normal"), seeds=(0,), batch=2, length=8)
+    assert flow.values.shape[-1] == BASE["n_layer"] and (flow.values > 0).all()
+    model = _model(**{k: v for k, v in modern.to_dict().items() if k not in BASE})
+    ids = _ids(T=9)[0].tolist()
+    capture = capture_attention(model, ids, full_layers=[1])
+    _, cache = model.run_with_cache(torch.tensor([ids]), names_filter="blocks.1.attn.hook_pattern")
+    assert capture.thumbnails.shape[:2] == (BASE["n_layer"], BASE["n_head"])  # every query head
+    torch.testing.assert_close(capture.full[1], cache["blocks.1.attn.hook_pattern"][0], atol=1e-6, rtol=0)
