@@ -130,7 +130,14 @@ class GPTConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Every field, except a modern part left at GPT-2's value: a GPT-2 config's dict is what it
+        was before those options existed (saved settings, the config panel's form and its preset
+        matching compare equal), and `from_dict` fills the defaults back in."""
+        values = dataclasses.asdict(self)
+        for name in MODERN_FIELDS:
+            if values[name] == _GPT2_PARTS[name]:
+                del values[name]
+        return values
 
     @classmethod
     def from_dict(cls, values: dict) -> "GPTConfig":
@@ -204,6 +211,10 @@ class GPTConfig:
                 raise ConfigError("n_kv_head", f"n_head={self.n_head} is not divisible by n_kv_head={self.n_kv_head}: "
                                                f"each key/value head serves a whole group of query heads; "
                                                f"pick one of {options}")
+
+
+MODERN_FIELDS = ("pos_embedding", "rope_theta", "norm", "mlp", "mlp_hidden", "n_kv_head")
+_GPT2_PARTS = {f.name: f.default for f in dataclasses.fields(GPTConfig) if f.name in MODERN_FIELDS}
 
 
 def describe_parts(cfg: GPTConfig) -> str:

@@ -147,6 +147,12 @@ def test_modern_defaults_are_gpt2_and_roundtrip():
     assert modern.kv_heads == 3 and modern.kv_dim == 192 and modern.d_mlp == 1536
     assert GPTConfig.from_dict(modern.to_dict()) == modern
     assert {"pos_embedding", "rope_theta", "norm", "mlp", "mlp_hidden", "n_kv_head"} <= set(modern.to_dict())
+    # a GPT-2 config's dict is unchanged by the new options (saved settings and forms compare equal)
+    assert not {"pos_embedding", "rope_theta", "norm", "mlp", "mlp_hidden", "n_kv_head"} & set(cfg.to_dict())
+    assert GPTConfig.from_dict(cfg.to_dict()) == cfg
+    sinus = cfg.replace(pos_embedding="sinusoidal")
+    assert sinus.to_dict() == {**cfg.to_dict(), "pos_embedding": "sinusoidal"}
+    assert GPTConfig.from_dict(sinus.to_dict()) == sinus
 
 
 # (overrides, field named, words of the fix)
