@@ -13,6 +13,8 @@ One run, the same random GPT-2-small weights and the same prompts on both sides:
   folder written here with `save_pretrained`. Target ratio <= 1.0.
 - recount: `count_parameters` on gpt2-xl (config built and validated too), in ms,
   next to HF's way of counting (build on the meta device, sum numel). Target <= 5 ms.
+- smollm2_load, smollm2_decode: the same load and decode comparisons on a SmolLM2-135M-shaped
+  Llama (rotary, RMSNorm, SwiGLU, grouped-query); see bench_smollm2.py.
 
 Each figure is the median of several runs after a warm-up, our runs and HF's
 interleaved so that other load on the machine falls on both sides alike. `--quick` uses a tiny model so
@@ -31,12 +33,15 @@ from typing import Callable
 
 import torch
 
+from . import bench_smollm2
+from .bench_smollm2 import TARGETS as SMOLLM2_TARGETS
 from .config import GPTConfig
 from .params import count_parameters
 
 GPT2_SMALL = dict(vocab_size=50257, n_positions=1024, n_layer=12, n_head=12, n_embd=768)
 TINY = dict(vocab_size=1000, n_positions=128, n_layer=2, n_head=4, n_embd=64)
-TARGETS = {"forward_capture": ("<=", 0.6), "decode": (">=", 1.0), "load": ("<=", 1.0), "recount": ("<=", 5.0)}
+TARGETS = {"forward_capture": ("<=", 0.6), "decode": (">=", 1.0), "load": ("<=", 1.0), "recount": ("<=", 5.0),
+           **SMOLLM2_TARGETS}
 
 
 @dataclass(frozen=True)
@@ -228,6 +233,7 @@ def run_bench(quick: bool = False, device: torch.device | None = None, progress=
     del hf
     say("recount")
     result.update(bench_recount(plan))
+    result.update(bench_smollm2.bench_smollm2(quick, device, timed_pair, say))
     return result
 
 
@@ -245,6 +251,8 @@ def format_table(r: dict) -> str:
         ("load", f"{r['load_s_ours']:.3f} s", f"{r['load_s_ref']:.3f} s", r["load_ratio"], r["load_ratio"]),
         ("recount", f"{r['recount_ms']:.3f} ms", f"{r['recount_ms_ref']:.1f} ms", r["recount_ratio"], r["recount_ms"]),
     ]
+    if "smollm2_load_ratio" in r:
+        rows += bench_smollm2.table_rows(r)
     shape = r["shape"]
     lines = [
         f"{'tiny model (--quick: timings mean nothing)' if r['quick'] else 'GPT-2 small shape'}: "
@@ -268,6 +276,8 @@ def format_table(r: dict) -> str:
         f"recount: reference = build GPT2LMHeadModel(gpt2-xl) on the meta device and sum numel; "
         f"totals {r['recount_total_ours']:,} vs {r['recount_total_ref']:,}",
     ]
+    if "smollm2_load_ratio" in r:
+        lines += bench_smollm2.table_notes(r)
     return "\n".join(lines)
 
 

@@ -13,7 +13,10 @@ family's standard deviation against these definitions):
 - xavier-normal    Linear weights N(0, 2 / (fan_in + fan_out)).
 - kaiming-normal   Linear weights N(0, 2 / fan_in) (He et al., fan-in mode).
 
-Outside pytorch-default, biases are 0 and embeddings N(0, 0.02); LayerNorms are always 1/0.
+Outside pytorch-default, biases are 0 and embeddings N(0, 0.02); LayerNorms are always 1/0 and
+RMSNorms 1 (they have no bias). The modern parts need no scheme of their own: SwiGLU's gate and up
+projections (`c_gate`, `c_fc`) are ordinary Linears, and its down projection is `mlp.c_proj`, so
+GPT-2's residual scaling lands on it as on GELU's; sinusoidal and rotary positions hold no weights.
 Numbers are drawn on the CPU from a generator seeded with `seed`, then copied to the
 model's device: the same seed gives the same weights on any device.
 """
@@ -27,6 +30,7 @@ from torch import nn
 GPT2_STD = 0.02
 INIT_SCHEMES = ("gpt2", "gpt2-unscaled", "pytorch-default", "xavier-uniform", "xavier-normal", "kaiming-normal")
 RESIDUAL_PROJECTIONS = ("attn.c_proj", "mlp.c_proj")
+NORM_CLASSES = ("LayerNorm", "RMSNorm")  # by name: torch's nn.LayerNorm gets the same treatment
 
 
 def is_residual_projection(module_name: str) -> bool:
@@ -100,7 +104,7 @@ def init_weights(model: nn.Module, scheme: str = "gpt2", seed: int | None = None
             std = 1.0 if scheme == "pytorch-default" else GPT2_STD
             _draw(module.weight, gen, std=std)
             done.add(id(module.weight))
-        elif hasattr(module, "weight") and type(module).__name__ == "LayerNorm":
+        elif hasattr(module, "weight") and type(module).__name__ in NORM_CLASSES:
             _fill(module.weight, torch.ones(module.weight.shape))
             if getattr(module, "bias", None) is not None:
                 _fill(module.bias, torch.zeros(module.bias.shape))

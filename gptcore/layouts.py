@@ -19,7 +19,9 @@ from .book import FORMAT as BOOK_FORMAT, book_to_ours, is_book_state
 from .checkpoints import LoadError, read_json, read_safetensors, read_sharded_index, read_torch, sniff, tensors_only
 from .config import GPT2_VOCAB, ConfigError, GPTConfig
 from .convert import ConversionError, config_from_hf, infer_config
+from .convert import convert_llama_state_dict
 from .hub import HUB_IDS, fetch, is_hub_id
+from .llama_family import LLAMA_FAMILY, config_from_llama_json, is_llama_family
 from .provenance import UNKNOWN, Provenance, of_hf_folder, of_hub_id, of_training_dict
 
 # File names too generic to name a model: the folder holding them names it instead.
@@ -123,6 +125,8 @@ def _read_hf_folder(folder: Path, n_head, safetensors_only: bool = False) -> Raw
             allowed += " or pytorch_model.bin"
         raise LoadError(f"{folder} has config.json but no weights: expected {allowed} next to it "
                         f"(an interrupted download? download it again)")
+    if is_llama_family(hf):
+        state = convert_llama_state_dict(state)
     return RawCheckpoint(state, config, weights, fmt, folder.name, warnings, config_path.name, detach,
                          of_hf_folder(folder, hf))
 
@@ -132,9 +136,12 @@ _HF_REQUIRED = ("vocab_size", "n_positions", "n_layer", "n_head", "n_embd")
 
 def _config_from_hf_json(path: Path, hf: dict) -> tuple[GPTConfig, list[str]]:
     model_type = hf.get("model_type", "gpt2")
+    if is_llama_family(hf):
+        return config_from_llama_json(path, hf)
     if model_type != "gpt2":
-        raise LoadError(f"{path}: model_type {model_type!r} is not GPT-2; this explorer loads GPT-2-class "
-                        f"models (gpt2, distilgpt2, nanoGPT checkpoints)")
+        raise LoadError(f"{path}: model_type {model_type!r} is not supported; this explorer loads GPT-2-class "
+                        f"models (gpt2, distilgpt2, nanoGPT checkpoints) and the Llama family "
+                        f"({', '.join(f'{t}: {a}' for t, a in LLAMA_FAMILY.items())})")
     missing = [k for k in _HF_REQUIRED if not isinstance(hf.get(k), int)]
     if missing:
         raise LoadError(f"{path} lacks {', '.join(missing)} (or they are not whole numbers); "

@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 
 from .checkpoints import LoadCancelled, LoadError
-from .config import GPTConfig
+from .config import GPTConfig, describe_parts
 from .convert import ConversionError, check_against, convert_state_dict
 from .folder_tokenizer import TokenizerChoice, choose_tokenizer
 from .folder_tokenizer import load_tokenizer as _load_chosen_tokenizer
@@ -85,6 +85,7 @@ class LoadInfo:
             "format": self.format or "-",
             "shape": f"{c.n_layer} layers, {c.n_head} heads, width {c.n_embd}, MLP {c.d_mlp}, "
                      f"context {c.block_size}, vocab {c.vocab_size}",
+            "parts": describe_parts(c),
             "parameters": f"{self.n_params:,} ({format_count(self.n_params)})",
             "output head": "tied to the token embedding" if self.tied else "separate (untied)",
             "dtype": self.dtype,
