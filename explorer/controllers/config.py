@@ -7,12 +7,14 @@ when the estimate exceeds free memory, and swaps the model into the session.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from PySide6.QtCore import QObject
 
 from gptcore.config import GPT2_VOCAB, PRESETS, ConfigError, GPTConfig
-from gptcore.params import count_parameters, format_bytes, format_count
+from gptcore.config import describe_parts, preset_name
+from gptcore.params import count_parameters, format_bytes, format_count, modern_differences
 
 from ..context import PanelContext
 from ..panels.config_panel import ConfigPanel
@@ -36,6 +38,7 @@ def readout_for(cfg: GPTConfig) -> ParamReadout:
         kaplan_non_embedding=count.total - comps["token embedding"].total - comps["position embedding"].total
         - comps["output head"].total,
         components=tuple(ComponentRow(c.name, c.per_block, c.total, c.in_blocks) for c in comps.values()),
+        parts=describe_parts(cfg), differences=tuple(modern_differences(cfg)),
         memory=(
             ("weights fp32", format_bytes(count.memory_bytes("fp32"))),
             ("weights bf16", format_bytes(count.memory_bytes("bf16"))),
@@ -46,14 +49,11 @@ def readout_for(cfg: GPTConfig) -> ParamReadout:
 
 
 def preset_of(values: dict) -> str | None:
-    """The preset these values equal exactly, if any."""
-    for name in PRESET_ORDER:
-        try:
-            if GPTConfig.preset(name).to_dict() == values:
-                return name
-        except ConfigError:
-            continue
-    return None
+    """The preset these form values equal (dropout aside), if any; None for invalid values too."""
+    try:
+        return preset_name(GPTConfig(**values))
+    except (ConfigError, TypeError, ValueError):
+        return None
 
 
 class ConfigController(PanelController):
@@ -87,7 +87,7 @@ class ConfigController(PanelController):
 
     # -- readout ---------------------------------------------------------------------------------
     def show_config(self, cfg: GPTConfig) -> None:
-        values = cfg.to_dict()
+        values = dataclasses.asdict(cfg)  # every field (to_dict leaves out modern parts at GPT-2's value)
         self.view.set_values(values, preset_of(values))
         self.on_edited(values)
 

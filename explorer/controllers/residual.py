@@ -28,14 +28,15 @@ START_SHAPE = (48, 64, 4)  # n_layer, n_embd, n_head of the first sweep
 def probe_overrides(settings: dict, block_size: int) -> dict:
     """The GPTConfig fields the panel sets; block_size grows to fit the prompts."""
     return dict(n_layer=settings["n_layer"], n_embd=settings["n_embd"], n_head=settings["n_head"],
-                ln_placement=settings["ln_placement"], residual=settings["residual"],
+                ln_placement=settings["ln_placement"], norm=settings.get("norm", "layernorm"),
+                residual=settings["residual"],
                 block_size=max(block_size, settings["length"]), dropout=0.0)
 
 
 # What a result depends on, per view (the scheme ticks, band and log y only change the drawing).
-_MEASURED = ("n_layer", "n_embd", "n_head", "ln_placement", "residual", "compare", "batch", "length", "seeds", "text")
+_MEASURED = ("n_layer", "n_embd", "n_head", "ln_placement", "norm", "residual", "compare", "batch", "length", "seeds", "text")
 MEASURED_BY_VIEW = {"norms": _MEASURED + ("metric",), "gradients": _MEASURED + ("quantity",)}
-SETTING_NAMES = {"n_layer": "layers", "n_embd": "width", "n_head": "heads", "ln_placement": "LayerNorm placement",
+SETTING_NAMES = {"n_layer": "layers", "n_embd": "width", "n_head": "heads", "ln_placement": "LayerNorm placement", "norm": "norm",
                  "residual": "residual connections", "compare": "the dashed comparison", "batch": "batch",
                  "length": "length", "seeds": "seeds", "text": "text", "metric": "norm", "quantity": "gradient"}
 
@@ -46,7 +47,8 @@ def changed_settings(view: str, measured: dict, now: dict) -> list[str]:
 
 
 def describe(settings: dict) -> str:
-    arch = f"{settings['ln_placement']}-LN, {'with' if settings['residual'] else 'WITHOUT'} residual connections"
+    norm = "RMSNorm" if settings.get("norm") == "rmsnorm" else "LN"
+    arch = f"{settings['ln_placement']}-{norm}, {'with' if settings['residual'] else 'WITHOUT'} residual connections"
     return (f"{settings['n_layer']} layers × {settings['n_embd']} wide, {settings['n_head']} heads · {arch} · "
             f"{len(settings['seeds'])} seeds")
 

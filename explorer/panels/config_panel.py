@@ -34,7 +34,19 @@ FIELDS = (
     ("ln_placement", "ln_placement", "LayerNorm before (pre, GPT-2) or after (post, original Transformer) each sublayer."),
     ("residual", "residual", "Residual connections on (GPT-2) or off (for teaching)."),
     ("layer_norm_eps", "layer_norm_eps", "Added to the variance in LayerNorm (GPT-2: 1e-5)."),
+    # The parts models since 2024 swap into GPT-2's skeleton (Llama, Qwen2, SmolLM2).
+    ("pos_embedding", "positions", "learned (GPT-2's table), sinusoidal (fixed sin/cos, no parameters) or "
+                                   "rope (rotary: queries and keys rotated by position, no parameters)."),
+    ("rope_theta", "rope_theta", "Base of the rotary frequencies (10000; Llama 3 uses 500000). Only for rope."),
+    ("norm", "norm", "layernorm (GPT-2) or rmsnorm (scale only, no mean and no bias: Llama)."),
+    ("mlp", "mlp", "gelu (GPT-2: two matrices) or swiglu (Llama: a gate matrix too)."),
+    ("mlp_hidden", "mlp_hidden", "MLP hidden width; 'from mlp_ratio' uses mlp_ratio × n_embd."),
+    ("n_kv_head", "n_kv_head", "Key/value heads shared by groups of query heads (grouped-query attention); "
+                               "'= n_head' is ordinary multi-head attention."),
 )
+CHOICES = {"ln_placement": ("pre", "post"), "pos_embedding": ("learned", "sinusoidal", "rope"),
+           "norm": ("layernorm", "rmsnorm"), "mlp": ("gelu", "swiglu")}
+OPTIONAL_INTS = {"mlp_hidden": "from mlp_ratio", "n_kv_head": "= n_head"}  # 0 in the spin box = None
 QKV_CHOICES = (("follow bias", None), ("on", True), ("off", False))
 
 
@@ -150,9 +162,9 @@ class ConfigPanel(QWidget):
             for text, value in QKV_CHOICES:
                 w.addItem(text, value)
             w.currentIndexChanged.connect(self._edited)
-        elif name == "ln_placement":
+        elif name in CHOICES:
             w = QComboBox()
-            w.addItems(["pre", "post"])
+            w.addItems(list(CHOICES[name]))
             w.currentIndexChanged.connect(self._edited)
         elif name in ("mlp_ratio", "dropout"):
             w = QDoubleSpinBox()
@@ -160,12 +172,14 @@ class ConfigPanel(QWidget):
             w.setRange(0.0, 1000.0)
             w.setSingleStep(0.5 if name == "mlp_ratio" else 0.05)
             w.valueChanged.connect(self._edited)
-        elif name == "layer_norm_eps":
+        elif name in ("layer_norm_eps", "rope_theta"):
             w = QLineEdit()
             w.textEdited.connect(self._edited)
         else:  # integers; ranges wider than valid so the config's own message explains a bad value
             w = QSpinBox()
             w.setRange(0, 10_000_000)
+            if name in OPTIONAL_INTS:
+                w.setSpecialValueText(OPTIONAL_INTS[name])  # shown at 0, which means None
             w.setGroupSeparatorShown(True)
             w.setKeyboardTracking(True)
             w.valueChanged.connect(self._edited)
@@ -198,6 +212,8 @@ class ConfigPanel(QWidget):
                     w.setCurrentText(str(value))
                 elif isinstance(w, QLineEdit):
                     w.setText(f"{value:g}")
+                elif name in OPTIONAL_INTS:
+                    w.setValue(0 if value is None else value)
                 else:
                     w.setValue(value)
             self.set_preset(preset)
@@ -232,6 +248,8 @@ class ConfigPanel(QWidget):
             elif isinstance(w, QDoubleSpinBox):
                 value = w.value()
                 out[name] = int(value) if name == "mlp_ratio" and value == int(value) else value
+            elif name in OPTIONAL_INTS:
+                out[name] = w.value() or None
             else:
                 out[name] = w.value()
         return out

@@ -99,13 +99,19 @@ class ResidualPanel(QWidget):
         self.ln_box.addItem("pre-LN (GPT-2)", "pre")
         self.ln_box.addItem("post-LN (2017)", "post")
         self.ln_box.setToolTip("pre-LN: x + f(LN(x)), GPT-2's. post-LN: LN(x + f(x)), the original Transformer's")
+        self.norm_box = QComboBox()
+        self.norm_box.addItem("LayerNorm (GPT-2)", "layernorm")
+        self.norm_box.addItem("RMSNorm (Llama)", "rmsnorm")
+        self.norm_box.setToolTip("LayerNorm subtracts the mean and divides by the spread; RMSNorm only divides by "
+                                 "the root mean square (no mean, no bias)")
         self.residual_box = QCheckBox("residual connections")
         self.residual_box.setChecked(True)
         self.residual_box.setToolTip("Off: each block's output replaces the stream instead of adding to it")
         self.compare_box = QCheckBox("also the other setting, dashed")
         self.compare_box.setToolTip("Measure with AND without residual connections; the other setting is drawn "
                                     "dashed in each scheme's colour (twice the work)")
-        tform.addRow("LayerNorm", self.ln_box)
+        tform.addRow("Placement", self.ln_box)
+        tform.addRow("Norm", self.norm_box)
         tform.addRow(self.residual_box)
         tform.addRow(self.compare_box)
         lay.addWidget(teach)
@@ -163,7 +169,7 @@ class ResidualPanel(QWidget):
         lay.addStretch(1)
         for spin in (self.layers_box, self.width_box, self.heads_box, self.batch_box, self.length_box, self.seeds_box):
             spin.valueChanged.connect(self.measurementEdited)
-        for combo in (self.ln_box, self.metric_box, self.quantity_box):
+        for combo in (self.ln_box, self.norm_box, self.metric_box, self.quantity_box):
             combo.currentIndexChanged.connect(self.measurementEdited)
         for box in (self.residual_box, self.compare_box):
             box.toggled.connect(self.measurementEdited)
@@ -224,6 +230,7 @@ class ResidualPanel(QWidget):
     def settings(self) -> dict:
         return dict(view=self.current_view, n_layer=self.layers_box.value(), n_embd=self.width_box.value(),
                     n_head=self.heads_box.value(), ln_placement=self.ln_box.currentData(),
+                    norm=self.norm_box.currentData(),
                     residual=self.residual_box.isChecked(), batch=self.batch_box.value(),
                     length=self.length_box.value(), seeds=tuple(range(self.seeds_box.value())),
                     text=self.text_box.text(), metric=self.metric_box.currentData(),

@@ -28,7 +28,7 @@ def _form_config(page) -> GPTConfig:
 
 
 def test_panel_starts_with_the_loaded_models_config(page, tiny_session):
-    assert page.view.values() == tiny_session.model.config.to_dict()
+    assert GPTConfig(**page.view.values()) == tiny_session.model.config
     assert _total_shown(page) == tiny_session.info.n_params == count_parameters(tiny_session.model.config).total
     assert "tiny (test)" in page.view.loaded_label.text()
 
@@ -72,7 +72,7 @@ def test_preset_box_fills_the_form(page):
     view = page.view
     view.preset.setCurrentText("gpt2-medium")
     view.presetChosen.emit("gpt2-medium")
-    assert page.view.values() == GPTConfig.preset("gpt2-medium").to_dict()
+    assert GPTConfig(**page.view.values()) == GPTConfig.preset("gpt2-medium")
     assert _total_shown(page) == count_parameters(GPTConfig.preset("gpt2-medium")).total == 354_823_168
     assert view.preset.currentText() == "gpt2-medium"
 
@@ -126,7 +126,7 @@ def test_building_a_tiny_model_swaps_it_in_and_updates_the_status_bar(qtbot, win
     assert "xavier-normal" in window.status_labels["model"].text()
     assert window.status_labels["trained"].text() == "UNTRAINED"
     assert "Built" in view.build_status.text() and f"{expected:,}" in view.build_status.text()
-    assert view.values() == GPTConfig(**TINY_BUILD).to_dict()  # the panel shows the new model's config
+    assert GPTConfig(**view.values()) == GPTConfig(**TINY_BUILD)  # the panel shows the new model's config
 
 
 def test_fault_build_refused_over_memory_with_the_estimate(qtbot, window, tiny_session):
@@ -219,3 +219,44 @@ def test_cancel_build_keeps_the_current_model_and_says_so(qtbot, window, tiny_se
     assert tiny_session.model is before and tiny_session.version == version
     assert "cancelled" in view.build_status.text() and "tiny (test)" in view.build_status.text()
     assert not view.cancel_build_button.isVisibleTo(view) and view.build_button.isEnabled()
+
+
+def test_modern_parts_in_the_form_recount_live_and_explain_each_difference(page):
+    view = page.view
+    view.preset.setCurrentText("gpt2")
+    view.preset.activated.emit(view.preset.currentIndex())
+    view.inputs["pos_embedding"].setCurrentText("sinusoidal")
+    text = view.readout.parts_label.text()
+    assert "sinusoidal: −786,432 vs learned" in text  # GPT-2 small's 1024 × 768 table, gone
+    assert _total_shown(page) == count_parameters(GPTConfig.preset("gpt2", pos_embedding="sinusoidal")).total
+    view.inputs["pos_embedding"].setCurrentText("rope")
+    view.inputs["n_kv_head"].setValue(4)
+    view.inputs["norm"].setCurrentText("rmsnorm")
+    view.inputs["mlp"].setCurrentText("swiglu")
+    cfg = GPTConfig.preset("gpt2", pos_embedding="rope", n_kv_head=4, norm="rmsnorm", mlp="swiglu")
+    assert _form_config(page) == cfg and _total_shown(page) == count_parameters(cfg).total
+    text = view.readout.parts_label.text()
+    assert "grouped-query 12/4: K and V projections ×1/3" in text and "swiglu:" in text and "rmsnorm:" in text
+    assert view.preset.currentText() == "custom"
+    view.inputs["n_kv_head"].setValue(5)  # 12 query heads cannot share 5 key/value heads
+    assert view.inputs["n_kv_head"].property("invalid") is True and "divisible" in view.error_label.text()
+    view.inputs["n_kv_head"].setValue(0)  # '= n_head'
+    assert _form_config(page).n_kv_head is None and not view.error_label.isVisibleTo(page)
+
+
+def test_building_a_grouped_query_rotary_model(qtbot, window, tiny_session):
+    view = window.show_panel("config").view
+    _set_form(view, dict(TINY_BUILD, n_head=4, n_kv_head=2))
+    view.inputs["pos_embedding"].setCurrentText("rope")
+    view.inputs["norm"].setCurrentText("rmsnorm")
+    view.inputs["mlp"].setCurrentText("swiglu")
+    with qtbot.waitSignal(window.modelChanged, timeout=30000):
+        view.build_button.click()
+    cfg = tiny_session.model.config
+    assert (cfg.pos_embedding, cfg.norm, cfg.mlp, cfg.kv_heads) == ("rope", "rmsnorm", "swiglu", 2)
+    assert tiny_session.info.n_params == count_parameters(cfg).total
+    page = window.show_panel("attention")  # every view works on it
+    page.set_prompt("Every effort moves you")
+    qtbot.waitUntil(lambda: page.controller.result is not None and page.controller.result.n_head == 4,
+                    timeout=30000)
+    qtbot.waitUntil(lambda: not window.runner.busy, timeout=30000)

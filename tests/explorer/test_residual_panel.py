@@ -225,3 +225,25 @@ def test_screenshot_mode_renders_the_residual_panel(tmp_path, hf_checkpoint, run
     assert not img.isNull() and (img.width(), img.height()) == (1100, 750)
     colours = {img.pixel(x, y) for x in range(0, 1100, 9) for y in range(0, 750, 9)}
     assert len(colours) > 20
+
+
+def test_rmsnorm_curves_are_measured_on_rmsnorm_models(qtbot, panel_context, monkeypatch):
+    """The Norm choice reaches the random models the sweep builds (LayerNorm vs RMSNorm curves)."""
+    import gptcore.probes.residual as probe
+
+    built = []
+    real = probe.residual_norms
+
+    def spy(config, *args, **kwargs):
+        built.append(config.norm)
+        return real(config, *args, **kwargs)
+
+    monkeypatch.setattr(probe, "residual_norms", spy)
+    view = small_view(qtbot, panel_context, seeds=1)
+    layer_norm = run_and_wait(qtbot, view).curves.values
+    view.view.norm_box.setCurrentIndex(1)
+    assert "norm changed" in view.view.stale_reason()
+    rms = run_and_wait(qtbot, view).curves.values
+    assert built == ["layernorm", "rmsnorm"]
+    assert "pre-RMSNorm" in view.view.plot.getPlotItem().titleLabel.text and view.view.stale_reason() == ""
+    assert not np.allclose(layer_norm, rms)
