@@ -260,3 +260,17 @@ def test_building_a_grouped_query_rotary_model(qtbot, window, tiny_session):
     qtbot.waitUntil(lambda: page.controller.result is not None and page.controller.result.n_head == 4,
                     timeout=30000)
     qtbot.waitUntil(lambda: not window.runner.busy, timeout=30000)
+
+
+def test_build_progress_moves_module_by_module(qtbot, window, tiny_session, monkeypatch):
+    view = window.show_panel("config").view
+    _set_form(view, dict(TINY_BUILD, n_layer=6))
+    seen = []
+    real = view.set_build_progress
+    monkeypatch.setattr(view, "set_build_progress", lambda d, t, m: (seen.append((d, t, m)), real(d, t, m)))
+    with qtbot.waitSignal(window.modelChanged, timeout=30000):
+        view.build_button.click()
+    done = [d for d, _t, _m in seen]
+    assert done == sorted(done) and len(set(done)) > 6 * 4  # real steps, not three jumps
+    assert any("blocks.5." in m for _d, _t, m in seen)
+    qtbot.waitUntil(lambda: not window.runner.busy, timeout=30000)

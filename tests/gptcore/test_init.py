@@ -166,3 +166,27 @@ def test_modern_parts_get_the_schemes_definitions(scheme):
     if scheme == "gpt2":
         down = model.blocks[0].mlp.c_proj.weight.std().item()
         assert down == pytest.approx(0.02 / math.sqrt(2 * MODERN.n_layer), rel=0.05)
+
+
+def test_init_reports_progress_by_parameters_and_stops_when_cancelled():
+    import pytest
+    import torch
+
+    from gptcore.config import GPTConfig
+    from gptcore.init import InitCancelled, init_weights
+    from gptcore.model import GPT
+
+    model = GPT.empty(GPTConfig(vocab_size=300, block_size=16, n_layer=3, n_head=2, n_embd=16), device="cpu")
+    seen = []
+    init_weights(model, "gpt2", seed=0, progress=lambda d, t, m: seen.append((d, t, m)))
+    total = sum(p.numel() for p in model.parameters())
+    assert seen[-1][0] == seen[-1][1] == total  # every parameter counted once (the tied head too)
+    assert [d for d, _t, _m in seen] == sorted(d for d, _t, _m in seen) and len(seen) > 3 * 3
+    assert any("blocks.1." in m for _d, _t, m in seen)
+    same = GPT.empty(model.config, device="cpu")
+    init_weights(same, "gpt2", seed=0)  # progress changes nothing drawn
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), same.parameters()))
+    asked = []
+    with pytest.raises(InitCancelled):
+        init_weights(model, "gpt2", seed=0, cancel=lambda: asked.append(1) or len(asked) > 4)
+    assert len(asked) == 5  # stopped at the fifth module, not at the end
