@@ -157,7 +157,8 @@ class Session:
               progress: ProgressFn | None = None, *, name: str | None = None, note: str = "",
               device=None, cancel=None) -> ModelInfo:
         """A fresh, untrained model from a config dict; refused before allocating if it won't fit."""
-        from gptcore.init import INIT_SCHEMES, init_weights
+        from gptcore.init import INIT_SCHEMES, InitCancelled, init_weights
+        from gptcore.loading import LoadCancelled
         from gptcore.model import GPT
 
         cfg = config if isinstance(config, GPTConfig) else GPTConfig.from_dict(dict(config))
@@ -173,7 +174,11 @@ class Session:
         def drawing(done: int, total: int, message: str) -> None:
             report(10 + (980 * done) // max(total, 1), steps, message)
 
-        init_weights(model, init_scheme, seed=seed, progress=drawing, cancel=cancel)  # InitCancelled: nothing swapped
+        try:
+            init_weights(model, init_scheme, seed=seed, progress=drawing, cancel=cancel)
+        except InitCancelled:
+            raise LoadCancelled("build cancelled or superseded by a newer model request; the current model is "
+                                "unchanged") from None
         report(990, steps, "ready")
         info = _model_info(model, name=name or f"custom ({cfg.n_layer}L × {cfg.n_embd}, {init_scheme} init)",
                            trained=False, source=f"built: {init_scheme} init, seed {seed}", note=note)
