@@ -78,10 +78,7 @@ def test_attention_errors_input_in_panel_bug_in_dialog(qtbot, runner, tmp_path, 
 
 
 def test_residual_errors_input_in_panel_bug_in_dialog(qtbot, window, caplog, monkeypatch):
-    page = window.show_panel("residual")
-    qtbot.waitUntil(lambda: page.is_ready, timeout=WAIT_MS)
-    _quiet(qtbot, window.runner)
-    view = page.view
+    page, view = _residual_page(qtbot, window, monkeypatch)
     with caplog.at_level(logging.ERROR, logger="explorer"):
         view.set_shape(2, 64, 5)  # 64 is not divisible by 5 heads: the config says how to fix it
         view.run_button.click()
@@ -178,13 +175,21 @@ def test_generation_says_which_model_wrote_the_text_and_drops_the_old_bars(qtbot
     _quiet(qtbot, window.runner)
 
 
-def test_residual_marks_its_plot_when_a_measured_setting_changes(qtbot, window):
+def _residual_page(qtbot, window, monkeypatch):
+    """The residual panel after its own first sweep (on a small shape), settled: nothing running."""
+    from explorer.controllers import residual as residual_controller
+
+    monkeypatch.setattr(residual_controller, "START_SHAPE", (2, 32, 2))
     page = window.show_panel("residual")
-    view = page.view
-    view.set_shape(2, 32, 2)
-    view.seeds_box.setValue(1)
-    view.length_box.setValue(8)
-    qtbot.waitUntil(lambda: not window.runner.busy, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: page.is_ready, timeout=WAIT_MS)
+    _quiet(qtbot, window.runner)
+    page.view.seeds_box.setValue(1)
+    page.view.length_box.setValue(8)
+    return page, page.view
+
+
+def test_residual_marks_its_plot_when_a_measured_setting_changes(qtbot, window, monkeypatch):
+    page, view = _residual_page(qtbot, window, monkeypatch)
     with qtbot.waitSignal(page.controller.drawn, timeout=WAIT_MS):
         view.run_button.click()
     assert view.stale_reason() == ""
@@ -203,13 +208,8 @@ def test_residual_marks_its_plot_when_a_measured_setting_changes(qtbot, window):
     _quiet(qtbot, window.runner)
 
 
-def test_residual_marks_its_plot_when_the_model_gives_its_models_other_parts(qtbot, window):
-    page = window.show_panel("residual")
-    view = page.view
-    view.set_shape(2, 32, 2)
-    view.seeds_box.setValue(1)
-    view.length_box.setValue(8)
-    qtbot.waitUntil(lambda: not window.runner.busy, timeout=WAIT_MS)
+def test_residual_marks_its_plot_when_the_model_gives_its_models_other_parts(qtbot, window, monkeypatch):
+    page, view = _residual_page(qtbot, window, monkeypatch)
     with qtbot.waitSignal(page.controller.drawn, timeout=WAIT_MS):
         view.run_button.click()
     _swap_model(window, vocab_size=1000)  # the sweep's random models take the loaded model's vocabulary
