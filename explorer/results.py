@@ -121,6 +121,7 @@ class AttentionResult:
     lens_tokens: tuple[tuple[str, ...], ...]  # (L, k) their texts
     version: int  # Session.version it was computed with
     forward_s: float  # seconds the capture forward took
+    reused_tokens: int = 0  # leading tokens served from the previous prompt's kept state
 
     @property
     def n_layer(self) -> int:
