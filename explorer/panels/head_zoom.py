@@ -14,7 +14,8 @@ from PySide6.QtCore import QRectF, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics
 from PySide6.QtWidgets import QGraphicsRectItem
 
-from .heatmap_grid import GRID_COLORMAP, MASKED_COLOUR, SELECT_COLOUR, display_levels, to_display
+from .heatmap_grid import GRID_COLORMAP, MASKED_COLOUR, SELECT_COLOUR, causal_mask, display_levels, to_display
+from .token_chips import TextWidths
 from .token_stream import visible_token
 
 LABEL_CHARS = 10
@@ -23,10 +24,14 @@ LABEL_CHARS = 10
 class TokenAxis(pg.AxisItem):
     def __init__(self, orientation: str):
         self._labels: list[str] = []  # before super().__init__, which already resizes
+        self._widths = TextWidths()
+        self._ticks_for = None  # (labels, room) the ticks were last computed for
         super().__init__(orientation)
         self.enableAutoSIPrefix(False)
 
     def set_labels(self, labels: list[str]) -> None:
+        if labels == self._labels:
+            return
         self._labels = labels
         self._update_ticks()
 
@@ -41,9 +46,12 @@ class TokenAxis(pg.AxisItem):
             return
         vertical = self.orientation in ("left", "right")
         room = self.geometry().height() if vertical else self.geometry().width()
+        if self._ticks_for is not None and self._ticks_for[0] is self._labels and self._ticks_for[1] == room:
+            return
+        self._ticks_for = (self._labels, room)
         short = [s if len(s) <= LABEL_CHARS else s[:LABEL_CHARS - 1] + "…" for s in self._labels]
         fm = QFontMetrics(self.style.get("tickFont") or QFont())
-        per_label = fm.height() + 2 if vertical else sum(fm.horizontalAdvance(s) for s in short) / n + 20
+        per_label = fm.height() + 2 if vertical else sum(self._widths(fm, short)) / n + 20
         fits = max(1, int((room or 400) / per_label))
         step = max(1, math.ceil(n / fits))
         self.setTicks([[(i + 0.5, short[i]) for i in range(0, n, step)],
@@ -103,8 +111,7 @@ class HeadZoom(pg.GraphicsLayoutWidget):
         T = pattern.shape[0]
         self._pattern = pattern
         self._tokens = [visible_token(t) for t in tokens]
-        causal = np.tril(np.ones((T, T), dtype=bool))
-        shown = np.where(causal, pattern, np.nan).astype(np.float32)
+        shown = np.where(causal_mask(T), pattern, np.float32(np.nan)).astype(np.float32, copy=False)
         self._shown = shown
         self._levels = levels
         self._redraw()

@@ -13,6 +13,7 @@ causal triangle reads at a glance and is not confused with "weight ≈ 0".
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -29,11 +30,19 @@ SELECT_COLOUR = "#22d3ee"
 MASKED_COLOUR = "#8a8f98"  # neutral grey: "cannot attend", distinct from weight 0 (black)
 
 
+@functools.lru_cache(maxsize=8)
+def causal_mask(T: int) -> np.ndarray:
+    """(T, T) booleans, True on and below the diagonal; kept, since every redraw needs one.
+    Read-only, so no caller can spoil it for the next."""
+    mask = np.tri(T, dtype=bool)
+    mask.flags.writeable = False
+    return mask
+
+
 def mosaic(thumbnails: np.ndarray) -> np.ndarray:
     """(L, nh, t, t) -> (L·t, nh·t): tile (l, h) at rows l·t.., columns h·t..; future = NaN."""
     L, nh, t, _ = thumbnails.shape
-    causal = np.tril(np.ones((t, t), dtype=bool))
-    tiles = np.where(causal, thumbnails, np.nan).astype(np.float32)  # (L, nh, t, t)
+    tiles = np.where(causal_mask(t), thumbnails, np.float32(np.nan)).astype(np.float32, copy=False)  # (L, nh, t, t)
     return tiles.transpose(0, 2, 1, 3).reshape(L * t, nh * t)
 
 
@@ -205,8 +214,11 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
             if i < len(tokens):
                 label = visible_token(tokens[i])
                 label = label if len(label) <= 12 else label[:11] + "…"
-                item.setText(f"{label}  {format_prob(probs[i])}")
-                item.setPos(0.02, ys[i])
+                text = f"{label}  {format_prob(probs[i])}"
+                if getattr(item, "shown_text", None) != text:  # re-laying out a text item costs ~1 ms
+                    item.setText(text)
+                    item.shown_text = text
+                    item.setPos(0.02, ys[i])
                 item.show()
             else:
                 item.hide()
