@@ -225,7 +225,7 @@ class Session:
             if (not self.prefix_reuse or state is None or self._attention_state_version != version
                     or not state.matches(model, **settings)):
                 state = self._attention_state = None  # let the old one go before allocating anew
-                state = AttentionState(model, **settings)
+                state = AttentionState(model, **settings, keep=self.prefix_reuse)  # keep=False: a plain capture
             started = time.perf_counter()
             cap = state.capture(ids)
             elapsed = time.perf_counter() - started

@@ -177,7 +177,11 @@ class _ComputeThread:
         return None
 
     def serve_between_steps(self) -> None:
-        """Run what is waiting, nested inside the running task's step boundary."""
+        """Run what is waiting, nested inside the running task's step boundary. Only on the
+        compute thread itself: a library may report progress from helper threads (parallel
+        downloads), and work run there would leave the one thread and could overlap."""
+        if threading.get_ident() != self._thread.ident:
+            return
         while (task := self._take_interactive()) is not None:
             self._run(task)
 

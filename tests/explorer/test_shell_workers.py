@@ -188,3 +188,25 @@ def test_superseded_queued_task_never_runs(qtbot, runner):
     release.set()
     qtbot.waitUntil(lambda: not runner.busy, timeout=5000)
     assert ran == ["second"]
+
+
+def test_progress_from_a_helper_thread_serves_nothing_there(qtbot, runner):
+    """A library reporting progress from its own threads must not run our tasks on them."""
+    ran_on, helper_done = [], threading.Event()
+
+    def loader(token, progress):
+        def helper():
+            queued.wait(5)
+            progress(1, 2, "from a helper thread")
+            helper_done.set()
+        threading.Thread(target=helper).start()
+        assert helper_done.wait(5)
+        return threading.get_ident()
+
+    queued = threading.Event()
+    results = []
+    runner.submit("load", loader, on_result=results.append)
+    runner.submit("attention", lambda t, p: ran_on.append(threading.get_ident()))
+    queued.set()
+    qtbot.waitUntil(lambda: not runner.busy, timeout=5000)
+    assert ran_on == results  # the interactive task ran on the compute thread, after the load
