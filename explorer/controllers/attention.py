@@ -120,6 +120,8 @@ class AttentionController(QObject):
                 flat = int(np.argmax(result.prev_token))  # open on the clearest head type there is
                 self.selected = divmod(flat, result.n_head)
             self._show_selected()
+            if not result.has_full(self.selected[0]):
+                self._dirty = True  # the zoom's "full resolution coming…": ask for it when this run ends
         self.panel.set_status(f"{result.n_tokens} tokens · capture {result.forward_s * 1000:.0f} ms")
         self.drawn.emit(result)
         if not self._ready_sent:

@@ -67,3 +67,39 @@ def test_chip_widths_follow_a_font_change(qtbot):
     chips.setFont(font)
     after = [r.width() for r in chips._rects if r is not None]  # same tokens: the font change re-lays out
     assert after[0] > before[0]
+
+
+def test_grey_mask_covers_exactly_the_future_cells():
+    from PySide6.QtCore import QPointF
+
+    from explorer.panels.heatmap_grid import future_mask_path
+
+    rows, cols, t = 2, 3, 5
+    path = future_mask_path(rows, cols, t)
+    for layer in range(rows):
+        for head in range(cols):
+            for q in range(t):
+                for k in range(t):
+                    centre = QPointF(head + (k + 0.5) / t, layer + (q + 0.5) / t)
+                    assert path.contains(centre) == (k > q), (layer, head, q, k)
+    zoom = future_mask_path(1, 1, 7, tile=7)
+    assert all(zoom.contains(QPointF(k + 0.5, q + 0.5)) == (k > q) for q in range(7) for k in range(7))
+    assert future_mask_path(1, 1, 1).isEmpty()  # one token: nothing is in its future
+
+
+def test_zoom_and_grid_draw_opaque_images_with_the_mask_on_top(qtbot, tiny_session):
+    from PySide6.QtGui import QImage
+
+    panel = AttentionPanel()
+    qtbot.addWidget(panel)
+    panel.resize(900, 600)
+    panel.show()
+    result = tiny_session.attention("one two three four five six", full_layers=(0,))
+    _draw(panel, result)
+    panel.grid.viewport().repaint()
+    panel.zoom.viewport().repaint()
+    for view in (panel.grid, panel.zoom):
+        assert view.image.qimage.format() == QImage.Format.Format_RGB32
+        assert view.future.zValue() > view.image.zValue() and not view.future.path().isEmpty()
+    assert not np.isnan(panel.zoom.image.image).any()
+    panel.close()
