@@ -222,15 +222,15 @@ class Session:
             bos = self.tokenizer.eot_token if prepend_bos else None
             settings = dict(full_layers=full_layers, thumb_size=thumb_size, lens_top_k=lens_top_k, bos=bos)
             state = self._attention_state
-            if (not self.prefix_reuse or state is None or self._attention_state_version != version
-                    or not state.matches(model, **settings)):
+            if not self.prefix_reuse:  # a plain one-shot capture; the kept state stays as it is
+                state = AttentionState(model, **settings, keep=False)
+            elif state is None or self._attention_state_version != version or not state.matches(model, **settings):
                 state = self._attention_state = None  # let the old one go before allocating anew
-                state = AttentionState(model, **settings, keep=self.prefix_reuse)  # keep=False: a plain capture
+                state = AttentionState(model, **settings)
+                self._attention_state, self._attention_state_version = state, version
             started = time.perf_counter()
             cap = state.capture(ids)
             elapsed = time.perf_counter() - started
-            if self.prefix_reuse:
-                self._attention_state, self._attention_state_version = state, version
         if cap.lens is not None:
             lens_ids = cap.lens.top_ids.numpy()
             lens_probs = cap.lens.top_probs.numpy()

@@ -56,3 +56,14 @@ def test_settings_change_and_model_swap_start_over():
     assert s.attention_cache_bytes() == 0
     assert s.attention("one two three four five six seven", thumb_size=8, full_layers=(1,),
                        prepend_bos=True).reused_tokens == 0
+
+
+def test_a_capture_with_reuse_off_leaves_the_kept_state_alone():
+    s = Session.tiny(seed=3)
+    s.attention("alpha beta gamma delta", thumb_size=4)
+    s.prefix_reuse = False
+    off = s.attention("alpha beta gamma delta epsilon", thumb_size=4)
+    s.prefix_reuse = True
+    on = s.attention("alpha beta gamma delta epsilon", thumb_size=4)
+    assert off.reused_tokens == 0 and on.reused_tokens > 0
+    assert_same_result(on, off)
