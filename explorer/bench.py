@@ -76,11 +76,12 @@ def bench_attention(app, session, runner, tokens: int, edits: int, recompute: bo
     from PySide6.QtCore import Qt
     from PySide6.QtTest import QTest
 
-    from .controllers.attention import AttentionView
-    from .registry import PanelContext
+    from .context import PanelContext
+    from .controllers.attention import AttentionController
+    from .controllers.base import PanelPage
 
     text = prompt_of(session, tokens)
-    view = AttentionView(PanelContext(session, runner, None, text + " "))
+    view = PanelPage(PanelContext(session, runner, None, text + " "), AttentionController)
     view.resize(1400, 850)
     view.show()
     drawn: list[str] = []
@@ -88,7 +89,7 @@ def bench_attention(app, session, runner, tokens: int, edits: int, recompute: bo
     wait = _Waiter(view.controller.drawn, runner.busyChanged)
     idle = lambda: (not view.controller.timer.isActive() and not view.controller._in_flight and not runner.busy)  # noqa: E731
     wait(lambda: bool(drawn) and idle())
-    prompt = view.panel.prompt
+    prompt = view.view.prompt
     prompt.setFocus()
     prompt.moveCursor(prompt.textCursor().MoveOperation.End)
     times = {True: [], False: []}
@@ -103,8 +104,8 @@ def bench_attention(app, session, runner, tokens: int, edits: int, recompute: bo
         t0 = time.perf_counter()
         QTest.keyClick(prompt, key)
         wait(lambda: target in drawn, tick_ms=0)  # woken by `drawn` only
-        view.panel.grid.viewport().repaint()  # synchronous: every heatmap painted now
-        view.panel.zoom.viewport().repaint()
+        view.view.grid.viewport().repaint()  # synchronous: every heatmap painted now
+        view.view.zoom.viewport().repaint()
         times[reuse].append(time.perf_counter() - t0)
     session.prefix_reuse = True
     # Drawing alone: alternate two results one token apart, as typing does.
@@ -115,10 +116,10 @@ def bench_attention(app, session, runner, tokens: int, edits: int, recompute: bo
         result = (a, b)[i % 2]
         t0 = time.perf_counter()
         view.controller.result = result
-        view.panel.set_attention(result)
+        view.view.set_attention(result)
         view.controller._show_selected()
-        view.panel.grid.viewport().repaint()
-        view.panel.zoom.viewport().repaint()
+        view.view.grid.viewport().repaint()
+        view.view.zoom.viewport().repaint()
         draws.append(time.perf_counter() - t0)
     out = dict(tokens=int(view.controller.result.n_tokens), keystroke_ms=round(_median_ms(times[True]), 1),
                recompute_ms=round(_median_ms(times[False]), 1) if recompute else None, draw_ms=round(_median_ms(draws), 1),
@@ -136,11 +137,13 @@ def bench_generation(app, session, runner, new_tokens: int, rounds: int = 3) -> 
 
     from gptcore.generation import generate
 
-    from .controllers.generation import GenerationPane
-    from .registry import PanelContext
+    from .context import PanelContext
+    from .controllers.base import PanelPage
+    from .controllers.generation import GenerationController
 
     prompt = "The quick brown fox jumps over the lazy dog because"
-    pane = GenerationPane(PanelContext(session, runner, None, None))
+    page = PanelPage(PanelContext(session, runner, None, None), GenerationController)
+    pane = page.controller
     pane.view.set_prompt_text(prompt)
     pane.view.set_settings(temperature=0.0, max_new_tokens=new_tokens)
     wait = _Waiter(pane.generationFinished, runner.busyChanged)
@@ -166,8 +169,8 @@ def bench_generation(app, session, runner, new_tokens: int, rounds: int = 3) -> 
         app_rates.append(pane.last_rate)
     runner.wait_all(10000)
     app.processEvents()
-    pane.close()
-    pane.deleteLater()
+    page.close()
+    page.deleteLater()
     del torch
     app_rate, ref_rate = statistics.median(app_rates), statistics.median(ref_rates)
     return dict(generation_ratio=round(app_rate / ref_rate, 3), app_tok_s=round(app_rate, 1),

@@ -24,6 +24,13 @@ class ModelInfo:
     memory_bytes: int = 0
     tied: bool = True
     note: str = ""  # "" or why the model is what it is (e.g. the untrained label)
+    status: str = ""  # "trained" | "untrained" | "loaded" (weights of unknown provenance); "" = from `trained`
+    provenance: str = ""  # why the status is what it is
+    tokenizer: str = ""  # which tokenizer reads its text, and why
+
+    @property
+    def status_word(self) -> str:
+        return self.status or ("trained" if self.trained else "untrained")
 
     @property
     def loaded(self) -> bool:

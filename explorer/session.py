@@ -38,11 +38,16 @@ UNTRAINED_HOW_TO = (
 )
 
 
-def _model_info(model, *, name: str, trained: bool, source: str, note: str = "") -> ModelInfo:
+def _model_info(model, *, name: str, trained: bool | None, source: str, note: str = "", provenance: str = "",
+                tokenizer: str = "GPT-2 (offline BPE)") -> ModelInfo:
+    """`trained` None: weights of unknown provenance, shown as "loaded" (never guessed trained)."""
     unique = list(model.parameters())  # a tied head is one Parameter, listed once
     return ModelInfo(
         name=name,
-        trained=trained,
+        trained=bool(trained),
+        status={True: "trained", False: "untrained"}.get(trained, "loaded"),
+        provenance=provenance,
+        tokenizer=tokenizer,
         source=source,
         config=model.config.to_dict(),
         device=str(model.device),
@@ -114,7 +119,7 @@ class Session:
                 f"whose vocabulary covers the GPT-2 tokenizer (50,257 ids)"
             )
 
-    def _swap(self, model, info: ModelInfo, cancel=None) -> ModelInfo:
+    def _swap(self, model, info: ModelInfo, cancel=None, tokenizer=None) -> ModelInfo:
         """Install `model` unless its request was cancelled (superseded by a newer load or
         build): checked under the lock, so a slow old request can never replace a newer model."""
         from gptcore.loading import LoadCancelled
@@ -125,6 +130,7 @@ class Session:
                 raise LoadCancelled("superseded by a newer model request; the current model is unchanged")
             old = self.model
             self.model, self.info, self._device = model, info, model.device
+            self._tokenizer = tokenizer  # None: GPT-2's, made on first use
             self.version += 1
             self._attention_state = None  # holds the old model and its keys/values
         del old
@@ -138,10 +144,18 @@ class Session:
         from gptcore.loading import load
 
         dev = resolve_device(device if device is not None else self.device)
+        from gptcore.folder_tokenizer import IdTokenizer
+        from gptcore.loading import load_tokenizer
+
         model, load_info = load(str(source), device=str(dev), progress=progress, cancel=cancel)
         name = getattr(load_info, "name", None) or str(source)
-        info = _model_info(model, name=name, trained=True, source=str(getattr(load_info, "path", source) or source))
-        return self._swap(model, info, cancel)
+        tokenizer, reason = load_tokenizer(load_info)
+        if tokenizer is None:
+            tokenizer = IdTokenizer(model.config.vocab_size, reason)
+        info = _model_info(model, name=name, trained=load_info.trained, provenance=load_info.provenance,
+                           source=str(getattr(load_info, "path", source) or source),
+                           tokenizer=load_info.tokenizer.describe())
+        return self._swap(model, info, cancel, tokenizer=tokenizer)
 
     def build(self, config: dict, init_scheme: str = "gpt2", seed: int | None = None,
               progress: ProgressFn | None = None, *, name: str | None = None, note: str = "",
@@ -220,6 +234,9 @@ class Session:
         with self.lock:
             model, version = self.model, self.version
             bos = self.tokenizer.eot_token if prepend_bos else None
+            if prepend_bos and bos is None:
+                raise ValueError("this model's tokenizer has no end-of-text token to prepend: untick "
+                                 "'prepend <|endoftext|>'")
             settings = dict(full_layers=full_layers, thumb_size=thumb_size, lens_top_k=lens_top_k, bos=bos)
             state = self._attention_state
             if not self.prefix_reuse:  # a plain one-shot capture; the kept state stays as it is
@@ -297,7 +314,7 @@ class Session:
 
         with self.lock:
             model, info, version = self.model, self.info, self.version
-            if model is None or not info.trained:
+            if model is None or info.status_word == "untrained":
                 return None
             y = model_residual_norms(model, tokens=tokens, batch=batch, length=length, seed=seed, metric=metric)
         x, _labels = boundary_axis(model.config.n_layer)
@@ -329,6 +346,8 @@ class Session:
         ids = self.encode(text)
         from_eot = not ids
         if from_eot:
+            if tok.eot_token is None:
+                raise ValueError("this model's tokenizer has no end-of-text token to start from: type a prompt")
             ids = [tok.eot_token]
         block = self.model.config.block_size
         cropped = max(0, len(ids) - block)

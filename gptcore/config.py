@@ -150,3 +150,10 @@ def _positive_int(name: str, value, upper: int) -> None:
     if value > upper:
         raise ConfigError(name, f"{value:,} is absurdly large (limit {upper:,}); check for a typo")
 
+
+def preset_name(config: GPTConfig) -> str | None:
+    """The preset `config` equals ("gpt2-xl"), or None: lets the app name a built model by its
+    preset instead of by its shape. Every field counts except `dropout`, a training setting that
+    leaves the model itself (its parameters, its eval-mode outputs) unchanged."""
+    bare = config.replace(dropout=0.0)
+    return next((name for name in PRESETS if GPTConfig.preset(name) == bare), None)

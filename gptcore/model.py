@@ -17,33 +17,7 @@ from torch.overrides import TorchFunctionMode
 
 from .config import GPTConfig
 from .hooks import HookedModule, HookPoint
-
-
-def _find_onednn_linear():
-    try:
-        return torch.ops.mkldnn._linear_pointwise if torch.backends.mkldnn.is_available() else None
-    except (AttributeError, RuntimeError):  # a torch built without oneDNN
-        return None
-
-
-_ONEDNN_LINEAR = _find_onednn_linear()
-
-
-def apply_linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """`layer(x)`, through oneDNN's linear on CPU fp32 when nothing needs autograd or hooks.
-
-    Why: for the shapes this app runs (a prompt's worth of rows, or one row while decoding)
-    MKL's GEMM is far from the machine's speed; oneDNN's on the same weight, no copy, measured
-    on GPT-2 small's layers: 64 rows 9.4 -> 6.2 ms per block, one row 0.63 -> 0.39 ms, and the
-    (50257, 768) head for one row 12.6 -> 5.6 ms. Same maths up to float32 rounding (~1e-6).
-    Anything it cannot serve (other devices or dtypes, autograd, hooks on the layer) takes
-    the module itself."""
-    w = layer.weight
-    if (_ONEDNN_LINEAR is not None and x.device.type == "cpu" and x.dtype == torch.float32
-            and w.dtype == torch.float32 and not layer._forward_hooks and not layer._forward_pre_hooks
-            and not (torch.is_grad_enabled() and (w.requires_grad or x.requires_grad))):
-        return _ONEDNN_LINEAR(x, w, layer.bias, "none", [], "")
-    return layer(x)
+from .linear import Linear, apply_linear  # Linear: nn.Linear with a guarded oneDNN fast path
 
 
 class LayerNorm(nn.Module):
@@ -82,8 +56,8 @@ class CausalSelfAttention(nn.Module):
         C = config.n_embd
         self.n_head = config.n_head
         self.head_dim = config.head_dim
-        self.c_attn = nn.Linear(C, 3 * C, bias=config.use_qkv_bias)
-        self.c_proj = nn.Linear(C, C, bias=config.bias)
+        self.c_attn = Linear(C, 3 * C, bias=config.use_qkv_bias)
+        self.c_proj = Linear(C, C, bias=config.bias)
         self.dropout = config.dropout
         self.attn_dropout = nn.Dropout(config.dropout)
         self.resid_dropout = nn.Dropout(config.dropout)
@@ -148,8 +122,8 @@ def _causal_mask(T: int, S: int, past: int, device) -> torch.Tensor:
 class MLP(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.c_fc = nn.Linear(config.n_embd, config.d_mlp, bias=config.bias)
-        self.c_proj = nn.Linear(config.d_mlp, config.n_embd, bias=config.bias)
+        self.c_fc = Linear(config.n_embd, config.d_mlp, bias=config.bias)
+        self.c_proj = Linear(config.d_mlp, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
         self.hook_pre = HookPoint()  # (B, T, d_mlp)
         self.hook_post = HookPoint()  # (B, T, d_mlp)
@@ -218,7 +192,7 @@ class GPT(HookedModule):
         for i, block in enumerate(self.blocks):
             block.attn.layer_index = i
         self.ln_final = LayerNorm(config.n_embd, config.bias, config.layer_norm_eps)
-        self.unembed = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.unembed = Linear(config.n_embd, config.vocab_size, bias=False)
         self.tie_weights()
         self.setup_hooks()
         if init is not None and self.embed.weight.device.type != "meta":

@@ -24,6 +24,8 @@ from PySide6.QtCore import QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QImage, QPainterPath
 from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem
 
+from .formatting import format_prob
+
 LOG_FLOOR = 1e-4  # log scale shows weights from 1e-4 to 1
 GRID_COLORMAP = "inferno"
 STATS_COLORMAP = "viridis"
@@ -84,10 +86,6 @@ def to_display(values: np.ndarray, log: bool) -> np.ndarray:
         return values
     with np.errstate(invalid="ignore"):
         return np.log10(np.maximum(values, LOG_FLOOR))
-
-
-def format_prob(p: float) -> str:
-    return f"{p:.0%}" if p >= 0.095 else f"{p:.1%}" if p >= 0.001 else f"{p:.0e}"
 
 
 def display_levels(log: bool) -> tuple[float, float]:
@@ -276,6 +274,24 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
     @property
     def log(self) -> bool:
         return self._log
+
+    def clear_data(self) -> None:
+        """Nothing drawn: no tiles, statistics, lens or selection (the data belonged to another model).
+        Not `clear`: GraphicsLayoutWidget's instance attribute of that name empties the layout itself."""
+        self._L = self._nh = self._t = 0
+        self._thumbs, self._bin_labels, self._stats = np.zeros((0, 0, 0, 0), np.float32), [], {}
+        self._mosaic = np.zeros((0, 0), np.float32)
+        self.image.clear()
+        self.future.setPath(QPainterPath())
+        self._future_for = None
+        for image in self.stat_images.values():
+            image.clear()
+        self.separators.setData([], [])
+        self.left_axis.set_count(0)
+        self.top_axis.set_count(0)
+        self.selected = None
+        self.selection.hide()
+        self._set_lens([], np.zeros(0))
 
     def _redraw_image(self) -> None:
         levels = self.colorbar.levels() if self._mosaic.size else display_levels(self._log)

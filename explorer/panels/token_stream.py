@@ -22,6 +22,8 @@ from PySide6.QtCore import QEvent, QPoint, Qt
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QTextEdit, QToolTip, QWidget
 
+from .formatting import format_prob
+
 # (lower bound of the bin, background colour, legend text), from the most likely down.
 PROBABILITY_BINS = (
     (0.5, "#7fd18b", "≥ 50%"),
@@ -40,20 +42,6 @@ def probability_colour(prob: float) -> str:
         if prob >= lower:
             return colour
     return PROBABILITY_BINS[-1][1]
-
-
-def format_prob(p: float) -> str:
-    """A probability as a percentage: one decimal from 1% up, two significant digits below
-    (an untrained model's tokens sit near 0.002%, which '.1%' would show as 0.0%), and
-    enough digits near 100% that 99.96% does not read as a certain 100.0%."""
-    pct = 100.0 * float(p)
-    if pct == 0 or pct == 100:
-        return f"{pct:.0f}%"
-    if pct < 1:
-        return f"{pct:.2g}%"
-    if pct > 99.9:
-        return f"{min(pct, 99.999):.3f}%"
-    return f"{pct:.1f}%"
 
 
 @functools.lru_cache(maxsize=65536)

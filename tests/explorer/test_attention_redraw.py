@@ -102,3 +102,14 @@ def test_zoom_and_grid_draw_opaque_images_with_the_mask_on_top(qtbot, tiny_sessi
         assert view.future.zValue() > view.image.zValue() and not view.future.path().isEmpty()
     assert not np.isnan(panel.zoom.image.image).any()
     panel.close()
+
+
+def test_clearing_the_grid_takes_the_mask_away_too(qtbot, tiny_session):
+    panel = AttentionPanel()
+    qtbot.addWidget(panel)
+    _draw(panel, tiny_session.attention("one two three", full_layers=(0,)))
+    assert not panel.grid.future.path().isEmpty()
+    panel.clear_results("model changed")
+    assert panel.grid.future.path().isEmpty() and panel.zoom.future.path().isEmpty()
+    _draw(panel, tiny_session.attention("one two three", full_layers=(0,)))  # the same shape again
+    assert not panel.grid.future.path().isEmpty()

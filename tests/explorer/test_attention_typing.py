@@ -6,12 +6,13 @@ from __future__ import annotations
 from PySide6.QtCore import QEventLoop, Qt, QTimer
 from PySide6.QtTest import QTest
 
-from explorer.controllers.attention import AttentionView
-from explorer.registry import PanelContext
+from explorer.context import PanelContext
+from explorer.controllers.attention import AttentionController
+from explorer.controllers.base import PanelPage
 
 
 def _view(qtbot, ctx, prompt):
-    view = AttentionView(PanelContext(session=ctx.session, runner=ctx.runner, window=None, prompt=prompt))
+    view = PanelPage(PanelContext(session=ctx.session, runner=ctx.runner, window=None, prompt=prompt), AttentionController)
     qtbot.addWidget(view)
     view.resize(900, 600)
     view.show()
@@ -34,7 +35,7 @@ def _press_keys(view, keys, interval_ms):
             loop.quit()
             return
         key, mods = pending.pop(0)
-        QTest.keyClick(view.panel.prompt, key, mods)
+        QTest.keyClick(view.view.prompt, key, mods)
 
     timer.timeout.connect(press)
     timer.start(interval_ms)
@@ -59,7 +60,7 @@ def test_twenty_keys_a_second_end_on_the_last_text_without_a_backlog(qtbot, pane
     view = _view(qtbot, panel_context, "Attention while typing:")
     qtbot.waitUntil(lambda: view.controller.result is not None and _idle(view), timeout=20000)
     frames, starts = _track(view, session)
-    prompt = view.panel.prompt
+    prompt = view.view.prompt
     prompt.setFocus()
     prompt.moveCursor(prompt.textCursor().MoveOperation.End)
     typed = " the quick brown fox jumps over the lazy dog again and again"
@@ -80,7 +81,7 @@ def test_twenty_keys_a_second_end_on_the_last_text_without_a_backlog(qtbot, pane
 def test_undo_redo_storm_keeps_the_frame_consistent_with_the_text(qtbot, panel_context, single_torch_thread):
     session = panel_context.session
     view = _view(qtbot, panel_context, "")
-    prompt = view.panel.prompt
+    prompt = view.view.prompt
     prompt.setFocus()
     for word in ("one", " two", " three", " four"):
         QTest.keyClicks(prompt, word)

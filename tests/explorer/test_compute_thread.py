@@ -14,7 +14,7 @@ def test_generation_does_not_hold_a_keystroke_for_more_than_one_step(qtbot, runn
     produced, first, ran_at = [], threading.Event(), []
     settings = dict(max_new_tokens=400, temperature=0.0)
 
-    def generate(cancel, progress):  # what GenerationPane submits
+    def generate(cancel, progress):  # what GenerationController submits
         for token in session.generate_stream([1, 2, 3], settings, cancel):
             produced.append(token.token)
             first.set()

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from explorer.controllers.config import ConfigPage
+from explorer.controllers.base import PanelPage
+from explorer.controllers.config import ConfigController
 from gptcore.config import GPTConfig
 from gptcore.params import count_parameters
 
@@ -12,7 +13,7 @@ TINY_BUILD = dict(vocab_size=50257, block_size=32, n_layer=1, n_head=2, n_embd=3
 
 @pytest.fixture
 def page(qtbot, panel_context):
-    p = ConfigPage(panel_context)
+    p = PanelPage(panel_context, ConfigController)
     qtbot.addWidget(p)
     return p
 
@@ -160,3 +161,61 @@ def test_fault_cuda_oom_during_build_suggests_cpu_or_a_smaller_model(qtbot, wind
     view.inputs["n_layer"].setValue(3)  # still responsive
     assert _total_shown(window.panel("config")) == count_parameters(GPTConfig(**{**TINY_BUILD, "n_layer": 3})).total
     window.error_dialog.close()
+
+
+def test_vocab_below_the_tokenizer_is_a_warning_at_the_field_that_still_builds(page):
+    view = page.view
+    view.inputs["vocab_size"].setValue(1000)
+    assert view.inputs["vocab_size"].property("warning") is True
+    text = view.warning_label.text()
+    assert "1,000" in text and "50,257" in text and "Generation" in text  # says what will happen
+    assert view.build_button.isEnabled() and not view.error_label.isVisibleTo(page)  # the user may accept it
+    view.inputs["vocab_size"].setValue(50304)  # nanoGPT's padded vocabulary covers every id
+    assert view.inputs["vocab_size"].property("warning") is False and not view.warning_label.isVisibleTo(page)
+
+
+def test_an_invalid_field_dims_the_readout_and_the_preset_says_custom(page):
+    view = page.view
+    view.preset.setCurrentText("gpt2-xl")
+    view.preset.activated.emit(view.preset.currentIndex())
+    assert view.preset.currentText() == "gpt2-xl" and not view.readout_dimmed()
+    view.inputs["n_head"].setValue(7)  # 1600 is not divisible by 7
+    assert view.readout_dimmed() and view.preset.currentText() == "custom"
+    assert "last valid config" in view.error_label.text()
+    # the spin box is tinted through its palette: no style sheet, so its arrows stay native
+    assert view.inputs["n_head"].styleSheet() == "" and view.inputs["n_head"].property("invalid") is True
+    view.inputs["n_head"].setValue(25)
+    assert not view.readout_dimmed() and view.preset.currentText() == "gpt2-xl"
+
+
+def test_build_names_the_preset_when_the_config_equals_one(qtbot, window, tiny_session, monkeypatch):
+    from explorer.devices import BuildRefused  # noqa: F401 - the real check_fits is bypassed below
+
+    view = window.show_panel("config").view
+    monkeypatch.setattr(tiny_session, "check_fits", lambda *_a, **_k: None)
+    view.preset.setCurrentText("distilgpt2")
+    view.preset.activated.emit(view.preset.currentIndex())
+    view.inputs["block_size"].setValue(64)  # not the preset any more: named by its shape
+    assert view.preset.currentText() == "custom"
+    with qtbot.waitSignal(window.modelChanged, timeout=60000):
+        view.build_button.click()
+    assert tiny_session.info.name.startswith("custom (6L × 768")
+    view.inputs["block_size"].setValue(1024)  # distilgpt2 exactly
+    assert view.preset.currentText() == "distilgpt2"
+    with qtbot.waitSignal(window.modelChanged, timeout=60000):
+        view.build_button.click()
+    assert tiny_session.info.name == "distilgpt2 shape (gpt2 init)"
+    qtbot.waitUntil(lambda: not window.runner.busy, timeout=30000)
+
+
+def test_cancel_build_keeps_the_current_model_and_says_so(qtbot, window, tiny_session):
+    view = window.show_panel("config").view
+    _set_form(view, TINY_BUILD)
+    before, version = tiny_session.model, tiny_session.version
+    view.build_button.click()
+    assert view.cancel_build_button.isVisibleTo(view)
+    view.cancel_build_button.click()
+    qtbot.waitUntil(lambda: not window.runner.busy, timeout=30000)
+    assert tiny_session.model is before and tiny_session.version == version
+    assert "cancelled" in view.build_status.text() and "tiny (test)" in view.build_status.text()
+    assert not view.cancel_build_button.isVisibleTo(view) and view.build_button.isEnabled()
