@@ -117,7 +117,7 @@ class AttentionResult:
     total_tokens: int  # the user's tokens before cropping
     block_size: int
     bos_added: bool
-    thumbnails: np.ndarray  # (L, nh, t, t) float32, t = min(T, thumb size); rows sum to 1, causal
+    thumbnails: np.ndarray  # (L, nh, t, t) float32, t <= thumb size bins of 2^k tokens; rows sum to 1, causal
     bin_edges: np.ndarray  # (t + 1,) thumbnail bin b covers token positions [e[b], e[b+1])
     full: dict  # layer -> (nh, T, T) float32 full-resolution patterns, for the requested layers
     entropy: np.ndarray  # (L, nh) mean attention entropy (nats), queries 1..T-1
@@ -128,6 +128,7 @@ class AttentionResult:
     lens_tokens: tuple[tuple[str, ...], ...]  # (L, k) their texts
     version: int  # Session.version it was computed with
     forward_s: float  # seconds the capture forward took
+    reused_tokens: int = 0  # leading tokens served from the previous prompt's kept state
 
     @property
     def n_layer(self) -> int:

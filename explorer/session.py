@@ -71,6 +71,9 @@ class Session:
         self.info = info or (NO_MODEL if model is None else _model_info(model, name="model", trained=False, source=""))
         self.version = 0 if model is None else 1
         self._tokenizer = None
+        self.prefix_reuse = True  # False: every attention() recomputes the whole prompt (benchmarks)
+        self._attention_state = None  # gptcore AttentionState of the last prompt
+        self._attention_state_version = -1
 
     # -- basics --------------------------------------------------------------------------
     @property
@@ -129,6 +132,7 @@ class Session:
             self.model, self.info, self._device = model, info, model.device
             self._tokenizer = tokenizer  # None: GPT-2's, made on first use
             self.version += 1
+            self._attention_state = None  # holds the old model and its keys/values
         del old
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -222,13 +226,16 @@ class Session:
 
     # --- attention ---
     # A thin wrapper over gptcore.probes.attention: one forward with a bounded capture
-    # (thumbnails for every head, full resolution for `full_layers`), numpy out.
+    # (thumbnails for every head, full resolution for `full_layers`), numpy out. The last
+    # prompt's reusable parts (keys/values, pooled sums, per-row stats) are kept in an
+    # AttentionState, so a keystroke runs only the changed suffix; the state is dropped on a
+    # model swap (version), a settings change, or `clear_attention_cache()` (interventions).
     def attention(self, text: str, *, full_layers=(), thumb_size: int = 64, prepend_bos: bool = False,
                   lens_top_k: int = 5) -> AttentionResult:
         """Every layer's and head's attention for `text` (cropped from the left to block_size)."""
         import time
 
-        from gptcore.probes.attention import capture_attention
+        from gptcore.probes.attention import AttentionState
 
         if self.model is None:
             raise RuntimeError("no model is loaded yet; wait for loading to finish or open one from the File menu")
@@ -239,9 +246,16 @@ class Session:
             if prepend_bos and bos is None:
                 raise ValueError("this model's tokenizer has no end-of-text token to prepend: untick "
                                  "'prepend <|endoftext|>'")
+            settings = dict(full_layers=full_layers, thumb_size=thumb_size, lens_top_k=lens_top_k, bos=bos)
+            state = self._attention_state
+            if not self.prefix_reuse:  # a plain one-shot capture; the kept state stays as it is
+                state = AttentionState(model, **settings, keep=False)
+            elif state is None or self._attention_state_version != version or not state.matches(model, **settings):
+                state = self._attention_state = None  # let the old one go before allocating anew
+                state = AttentionState(model, **settings)
+                self._attention_state, self._attention_state_version = state, version
             started = time.perf_counter()
-            cap = capture_attention(model, ids, full_layers=full_layers, thumb_size=thumb_size,
-                                    lens_top_k=lens_top_k, bos=bos)
+            cap = state.capture(ids)
             elapsed = time.perf_counter() - started
         if cap.lens is not None:
             lens_ids = cap.lens.top_ids.numpy()
@@ -258,8 +272,18 @@ class Session:
             entropy=cap.entropy.numpy(), prev_token=cap.prev_token.numpy(), first_token=cap.first_token.numpy(),
             lens_ids=lens_ids, lens_probs=lens_probs,
             lens_tokens=tuple(tuple(self.token_strings(row)) for row in lens_ids),
-            version=version, forward_s=elapsed,
+            version=version, forward_s=elapsed, reused_tokens=cap.meta.get("reused_tokens", 0),
         )
+
+    def clear_attention_cache(self) -> None:
+        """Forget the kept attention state (call after anything that changes what the model computes)."""
+        with self.lock:
+            self._attention_state = None
+
+    def attention_cache_bytes(self) -> int:
+        """Memory the kept attention state holds on the model's device (0 when none)."""
+        state = self._attention_state
+        return state.nbytes() if state is not None else 0
 
 
     # --- residual ---

@@ -1,7 +1,11 @@
 """Attention controller: prompt edits -> debounced capture in a worker -> the panel.
 
 Rules that keep it live while typing without ever drawing the past:
-- each edit restarts a single-shot QTimer (DEBOUNCE_MS); only its timeout computes;
+- each edit restarts a single-shot QTimer; only its timeout computes. Its interval follows
+  the last capture's time, between MIN_DEBOUNCE_MS and DEBOUNCE_MS: with prefix reuse a
+  keystroke's capture of a short prompt takes a few tens of ms, and waiting 80 ms for it
+  would be most of the latency; a slow capture (long prompt, big model) keeps the full
+  80 ms so a burst of keys costs one capture, not one per key;
 - at most one capture runs at a time: an edit (or head click, BOS toggle, model swap)
   during a run marks the state dirty and ONE new run starts when it finishes, so a fast
   typist never queues a backlog of forwards on two cores;
@@ -26,6 +30,7 @@ from .base import PanelController
 log = logging.getLogger("explorer.attention")
 
 DEBOUNCE_MS = 80
+MIN_DEBOUNCE_MS = 20  # below this, key repeat (~30/s) would start a capture per key
 THUMB_SIZE = 64
 TASK_KEY = "attention"
 
@@ -47,6 +52,7 @@ class AttentionController(PanelController):
         super().__init__(ctx, view, parent)
         panel = view
         self.thumb_size = thumb_size
+        self.debounce_ms = debounce_ms  # the longest wait; shorter while captures are cheap
         self.result = None  # the AttentionResult on screen
         self.selected: tuple[int, int] | None = None
         self._in_flight = False
@@ -128,12 +134,16 @@ class AttentionController(PanelController):
             self._dirty = True  # the swap's own request may have been absorbed by this run
             return
         self.result = result
+        capture_ms = result.forward_s * 1000
+        self.timer.setInterval(int(min(self.debounce_ms, max(MIN_DEBOUNCE_MS, capture_ms))))
         self.view.set_attention(result)
         if result.n_tokens:
             if self.selected is None or self.selected[0] >= result.n_layer or self.selected[1] >= result.n_head:
                 flat = int(np.argmax(result.prev_token))  # open on the clearest head type there is
                 self.selected = divmod(flat, result.n_head)
             self._show_selected()
+            if not result.has_full(self.selected[0]):
+                self._dirty = True  # the zoom's "full resolution coming…": ask for it when this run ends
         self.view.set_status(f"{result.n_tokens} tokens · capture {result.forward_s * 1000:.0f} ms")
         self.drawn.emit(result)
         self.mark_ready()

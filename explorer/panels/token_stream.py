@@ -12,6 +12,8 @@ of them alike). The same bins colour the distribution bars.
 """
 from __future__ import annotations
 
+import functools
+
 import bisect
 import html
 from dataclasses import dataclass
@@ -42,9 +44,11 @@ def probability_colour(prob: float) -> str:
     return PROBABILITY_BINS[-1][1]
 
 
+@functools.lru_cache(maxsize=65536)
 def visible_token(text: str) -> str:
     """A token as a label: leading/trailing spaces as '␣', newlines as '↵', tabs as '→',
-    other control characters as their Control Pictures glyph, so no label is blank."""
+    other control characters as their Control Pictures glyph, so no label is blank.
+    Memoised: a redraw relabels every token of the prompt (1024 at most), and they repeat."""
     out = []
     for ch in text:
         code = ord(ch)

@@ -32,7 +32,7 @@ GENERATIONS = 20
 NEW_TOKENS = 4
 DEBOUNCE_MS = 5  # the controller's real single-shot timer, shortened so 500 edits fit in seconds
 WAIT_MS = 20000
-# ~100 tokens: thumbnails are pooled to 64 × 64 and the selected layer is kept at full
+# ~100 tokens: thumbnails are pooled (bins of 2 tokens, 50 × 50) and the selected layer is kept at full
 # resolution, so each drawn result is ~0.3 MB. Retaining one per edit would add ~150 MB;
 # an idle session's RSS settles within a few MB once warmed up.
 BASE_PROMPT = " ".join(f"token{i}" for i in range(40))
