@@ -268,7 +268,7 @@ class Session:
             tokens=tuple(self.token_strings(cap.token_ids)), cropped=cap.cropped, total_tokens=len(ids),
             block_size=model.config.block_size, bos_added=cap.bos_added,
             thumbnails=cap.thumbnails.numpy(), bin_edges=cap.bin_edges.numpy(),
-            full={layer: p.numpy() for layer, p in cap.full.items()},
+            full={layer: p.numpy() for layer, p in cap.full_patterns().items()}, exact=cap.exact,
             entropy=cap.entropy.numpy(), prev_token=cap.prev_token.numpy(), first_token=cap.first_token.numpy(),
             lens_ids=lens_ids, lens_probs=lens_probs,
             lens_tokens=tuple(tuple(self.token_strings(row)) for row in lens_ids),

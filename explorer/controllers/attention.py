@@ -186,8 +186,9 @@ class AttentionController(PanelController):
         )
         if r.exact:
             arrays["patterns"] = r.thumbnails  # (L, nh, T, T): the full patterns of every head
-        for layer, pattern in r.full.items():
-            arrays[f"layer{layer}_full"] = pattern
+        else:
+            for layer, pattern in r.full.items():
+                arrays[f"layer{layer}_full"] = pattern
         np.savez_compressed(path, **arrays)
 
     def _export_dialog(self, kind: str) -> None:

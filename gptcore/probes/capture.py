@@ -20,12 +20,13 @@ import torch
 import torch.nn.functional as F
 
 from .lens import LensRows
+from .pattern_fields import PatternFields
 
 DEFAULT_THUMB_SIZE = 64
 
 
 @dataclass(frozen=True)
-class AttentionCapture:
+class AttentionCapture(PatternFields):
     token_ids: list[int]  # the T tokens that were run (after cropping, BOS included if added)
     cropped: int  # tokens dropped from the left to fit block_size
     thumbnails: torch.Tensor  # (L, nh, t, t) float32 on CPU; rows sum to 1, causal
@@ -37,23 +38,6 @@ class AttentionCapture:
     lens: LensRows | None  # logit lens at the last position (None for an empty prompt)
     bos_added: bool = False
     meta: dict = field(default_factory=dict)  # reused_tokens, computed_tokens (incremental runs)
-
-    @property
-    def n_tokens(self) -> int:
-        return len(self.token_ids)
-
-    @property
-    def exact_thumbnails(self) -> bool:
-        """True when no pooling happened: thumbnails are the full patterns."""
-        return self.thumbnails.shape[-1] == self.n_tokens
-
-    def pattern(self, layer: int, head: int) -> torch.Tensor:
-        """(T, T) full-resolution pattern of one head, if this capture holds it."""
-        if layer in self.full:
-            return self.full[layer][head]
-        if self.exact_thumbnails:
-            return self.thumbnails[layer, head]
-        raise KeyError(f"layer {layer} was captured as a thumbnail only; pass full_layers=[{layer}]")
 
 
 def crop_to_block(ids: Sequence[int], block_size: int, bos: int | None = None) -> tuple[list[int], int]:

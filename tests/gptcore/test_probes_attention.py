@@ -44,7 +44,7 @@ def test_patterns_equal_hf_eager_attentions(hf_pair):
     ids = [5, 17, 250, 3, 3, 99, 42, 7, 1, 200, 11]
     expected, _ = _hf_attentions(hf, ids)
     cap = capture_attention(ours, ids, full_layers=[1], thumb_size=64)
-    assert cap.exact_thumbnails and cap.thumbnails.shape == (3, 4, 11, 11)
+    assert cap.exact and cap.thumbnails.shape == (3, 4, 11, 11)
     for layer in range(3):
         np.testing.assert_allclose(cap.thumbnails[layer].numpy(), expected[layer], atol=1e-5)
     np.testing.assert_allclose(cap.full[1].numpy(), expected[1], atol=1e-5)
