@@ -30,6 +30,9 @@ def bin_labels(tokens: list[str], edges: np.ndarray) -> list[str]:
     return labels
 
 
+STATUS_MAX_PX = 360
+
+
 class AttentionPanel(QWidget):
     promptChanged = Signal(str)
     headSelected = Signal(int, int)
@@ -51,6 +54,8 @@ class AttentionPanel(QWidget):
         self.count_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         self.status_label = QLabel("")
         self.status_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.status_label.setWordWrap(True)  # a long error grows downwards, never squeezes the prompt box
+        self.status_label.setMaximumWidth(STATUS_MAX_PX)
         self.log_box = QCheckBox("log scale")
         self.log_box.setToolTip("Colour by log₁₀ weight (1e-4 … 1) to see small weights")
         self.log_box.toggled.connect(self._on_log)
@@ -148,7 +153,7 @@ class AttentionPanel(QWidget):
         """The selected head large; `pattern` (T, T) full resolution (or pooled, with a note)."""
         self.grid.select(layer, head)
         labels = self._tokens if pattern.shape[0] == len(self._tokens) else [f"bin {i}" for i in range(pattern.shape[0])]
-        title = f"Layer {layer} · Head {head}   <small>{summary}</small>"
+        title = f"Layer {layer} · Head {head}<br><small>{summary}</small>"  # two lines: fits a narrow zoom
         if pooled_note:
             title += f"<br><small>{pooled_note}</small>"
         levels = self.grid.colorbar.levels()

@@ -21,7 +21,7 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QImage, QPainterPath
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QImage, QPainterPath
 from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem
 
 from .formatting import format_prob
@@ -92,20 +92,50 @@ def display_levels(log: bool) -> tuple[float, float]:
     return (math.log10(LOG_FLOOR), 0.0) if log else (0.0, 1.0)
 
 
+COMPACT_BELOW_PX = 620  # narrower than this, the side columns slim down
+COMPACT_TITLES = {"entropy": "H", "prev_token": "prev", "first_token": "1st"}  # H: entropy (the hover says so)
+
+
 class _ColumnAxis(pg.AxisItem):
-    """Integer-centred ticks with given labels: 'H0', 'H1', … at x = 0.5, 1.5, …"""
+    """Integer-centred ticks with given labels: 'H0', 'H1', … at x = 0.5, 1.5, …, thinned to
+    every 2nd, 5th, 10th… label so that labels never touch at the axis's current length (25 heads
+    in a narrow grid read "H0 H5 H10 …", not "H0H1H2…")."""
+
+    GAP_PX = 3
+    _prefix, _count, _step = "", 0, 0  # resizeEvent can come while AxisItem.__init__ runs
 
     def __init__(self, orientation: str, prefix: str):
         super().__init__(orientation)
-        self._prefix, self._count = prefix, 0
+        self._prefix, self._count, self._step = prefix, 0, 0
         self.enableAutoSIPrefix(False)
 
     def set_count(self, count: int) -> None:
         self._count = count
-        step = max(1, math.ceil(count / 30))  # keep labels legible for 48 layers / 25 heads
+        self._step = 0  # recompute
+        self._fit()
+
+    def label_step(self) -> int:
+        return self._step
+
+    def _fit(self) -> None:
+        count = self._count
+        horizontal = self.orientation in ("top", "bottom")
+        length = self.geometry().width() if horizontal else self.geometry().height()
+        metrics = QFontMetrics(self.style.get("tickFont") or QFont())
+        need = (metrics.horizontalAdvance(f"{self._prefix}{max(count - 1, 0)}") if horizontal
+                else metrics.height()) + self.GAP_PX
+        per_unit = length / count if count and length > 0 else need
+        step = next(s for s in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if s * per_unit >= need or s == 1000)
+        if step == self._step:
+            return
+        self._step = step
         major = [(i + 0.5, f"{self._prefix}{i}") for i in range(0, count, step)]
         minor = [(i + 0.5, "") for i in range(count) if i % step]
         self.setTicks([major, minor])
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self._fit()
 
 
 class HeatmapGrid(pg.GraphicsLayoutWidget):
@@ -114,6 +144,7 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
 
     headSelected = Signal(int, int)
     hoverText = Signal(str)
+    _built = False
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -126,6 +157,8 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
         self._stats: dict[str, np.ndarray] = {}
         self._lens: tuple = ((), np.zeros(0))
         self._log = False
+        self._compact = False
+        self.lens_label_step = 1
         self.selected: tuple[int, int] | None = None
 
         self.left_axis = _ColumnAxis("left", "L")
@@ -195,6 +228,7 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
 
         self.scene().sigMouseClicked.connect(self._on_click)
         self.scene().sigMouseMoved.connect(self._on_move)
+        self._built = True
 
     @staticmethod
     def _plain(plot: pg.PlotItem) -> None:
@@ -250,18 +284,46 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
             item = pg.TextItem(anchor=(0, 0.5), color=pg.getConfigOption("foreground"))
             self.lens_plot.addItem(item)
             self.lens_texts.append(item)
+        chars = 7 if self._compact else 12
         for i, item in enumerate(self.lens_texts):
             if i < len(tokens):
                 label = visible_token(tokens[i])
-                label = label if len(label) <= 12 else label[:11] + "…"
+                label = label if len(label) <= chars else label[:chars - 1] + "…"
                 text = f"{label}  {format_prob(probs[i])}"
                 if getattr(item, "shown_text", None) != text:  # re-laying out a text item costs ~1 ms
                     item.setText(text)
                     item.shown_text = text
                     item.setPos(0.02, ys[i])
-                item.show()
-            else:
-                item.hide()
+        self._fit_lens_texts()
+
+    def _fit_lens_texts(self) -> None:
+        """Show every k-th lens label, k such that labels never overlap at the rows' current height
+        (the bars stay for every layer; hovering a row names its token)."""
+        n = len(self._lens[0])
+        row_px = self.plot.vb.height() / n if n else 0
+        line = QFontMetrics(QFont()).height()
+        step = 1 if row_px >= line or row_px <= 0 else math.ceil(line / row_px)
+        self.lens_label_step = step
+        for i, item in enumerate(self.lens_texts):
+            item.setVisible(i < n and i % step == 0)
+
+    def _set_compact(self, compact: bool) -> None:
+        """Narrow grid: slimmer statistics and lens columns, so the tiles keep most of the width."""
+        if compact == self._compact:
+            return
+        self._compact = compact
+        for key, title in STATS:
+            plot = self.stat_plots[key]
+            plot.setFixedWidth(28 if compact else 48)
+            plot.setTitle(COMPACT_TITLES.get(key, title) if compact else title, size="8pt" if compact else "9pt")
+        self.lens_plot.setFixedWidth(100 if compact else 140)
+        self._set_lens(*self._lens)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        if self._built:  # Qt resizes the widget while __init__ is still building it
+            self._set_compact(self.width() < COMPACT_BELOW_PX)
+            self._fit_lens_texts()
 
     def set_log(self, log: bool) -> None:
         if log == self._log:
