@@ -9,8 +9,8 @@ leaving (also on an exception), so the model afterwards is exactly the model bef
 
 Modes (what a knocked-out component outputs instead):
 - "zero": nothing;
-- "mean": its mean over every position of a reference batch (a "typical" output that
-  carries no information about this prompt);
+- "mean": its mean over every position of reference prompts (a (B, T) batch or a list of
+  prompts of any lengths): a "typical" output that carries no information about this prompt;
 - "resample": its output on a reference prompt, position by position (the prompt may be
   longer than the one run; it may not be shorter).
 """
@@ -70,17 +70,13 @@ def make_ablation(model, heads: Iterable[Sequence[int]] = (), mlps: Iterable[int
     return Ablation(tuple(sorted(clean_heads)), tuple(sorted(clean_mlps)), mode)
 
 
-def _reference_batch(model, reference) -> torch.Tensor:
-    """(B, T) ids from a prompt or a batch of equal-length prompts."""
+def _reference_prompts(model, reference) -> list[torch.Tensor]:
+    """A prompt, a (B, T) batch or a list of prompts (any lengths) -> list of (1, T_i) ids."""
     if isinstance(reference, torch.Tensor) and reference.dim() == 2:
-        return torch.cat([as_ids(model, row, "reference prompt") for row in reference])
+        return [as_ids(model, row, "reference prompt") for row in reference]
     if not isinstance(reference, torch.Tensor) and len(reference) and not isinstance(reference[0], int):
-        rows = [as_ids(model, r, "reference prompt") for r in reference]
-        if len({r.shape[1] for r in rows}) != 1:
-            raise ValueError(f"reference prompts must have one length to form a batch; got lengths "
-                             f"{sorted({r.shape[1] for r in rows})}")
-        return torch.cat(rows)
-    return as_ids(model, reference, "reference prompt")
+        return [as_ids(model, r, "reference prompt") for r in reference]
+    return [as_ids(model, reference, "reference prompt")]
 
 
 def _hook_name(kind: str, layer: int) -> str:
@@ -94,14 +90,21 @@ def _reference_values(model, spec: Ablation, reference) -> dict[str, torch.Tenso
     outer ablation active), before our own hooks are attached."""
     if reference is None:
         raise ValueError(f"{spec.mode} ablation needs a reference: a prompt (list of token ids) or a (B, T) batch")
-    batch = _reference_batch(model, reference)  # (B, T)
+    prompts = _reference_prompts(model, reference)
     names = sorted({_hook_name("head", l) for l, _ in spec.heads} | {_hook_name("mlp", l) for l in spec.mlps})
-    _, cache = model.run_with_cache(batch, names_filter=names, logits=None)
-    if spec.mode == "mean":
-        return {n: a.mean(dim=(0, 1)) for n, a in cache.items()}  # (nh, hs) / (C,)
-    if batch.shape[0] != 1:
-        raise ValueError(f"resample ablation takes one reference prompt, got a batch of {batch.shape[0]}")
-    return {n: a[0] for n, a in cache.items()}  # (T_ref, nh, hs) / (T_ref, C)
+    if spec.mode == "resample":
+        if len(prompts) != 1:
+            raise ValueError(f"resample ablation takes one reference prompt, got {len(prompts)}")
+        _, cache = model.run_with_cache(prompts[0], names_filter=names, logits=None)
+        return {n: a[0] for n, a in cache.items()}  # (T_ref, nh, hs) / (T_ref, C)
+    sums: dict[str, torch.Tensor] = {}
+    count = 0
+    for ids in prompts:  # prompts of different lengths: every position of every prompt weighs the same
+        _, cache = model.run_with_cache(ids, names_filter=names, logits=None)
+        for n, a in cache.items():
+            sums[n] = sums.get(n, 0) + a.double().sum(dim=(0, 1))
+        count += ids.shape[1]
+    return {n: (total / count).float() for n, total in sums.items()}  # (nh, hs) / (C,)
 
 
 def ablation_hooks(model, spec: Ablation, reference=None) -> list[tuple[str, Callable]]:

@@ -188,3 +188,17 @@ def test_make_ablation_sorts_and_deduplicates(pair):
     assert spec.heads == ((0, 3), (2, 1)) and spec.mlps == (0, 2)
     assert spec.describe() == "2 heads + 2 MLPs ablated (mean)"
     assert not make_ablation(pair[1])
+
+
+def test_mean_ablation_over_prompts_of_different_lengths_weighs_every_position(pair):
+    _, ours = pair
+    prompts = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10]]
+    with torch.no_grad():
+        outs = [ours.run_with_cache(torch.tensor([p]), names_filter="blocks.0.hook_mlp_out")[1]["blocks.0.hook_mlp_out"][0]
+                for p in prompts]
+        want = torch.cat(outs).mean(dim=0)  # (C,) over all 10 positions
+        seen = {}
+        with ablate(ours, mlps=[0], mode="mean", reference=prompts):
+            with ours.hooks([("blocks.0.hook_mlp_out", lambda m, h: seen.__setitem__("m", m.clone()))]):
+                ours(torch.tensor([IDS]))
+    torch.testing.assert_close(seen["m"][0], want.expand(len(IDS), -1))
