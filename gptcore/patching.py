@@ -13,7 +13,9 @@ Why it is fast (GPT-2 small, 15 tokens, 144 heads: see `bench.py`'s patch_heads_
 - nothing before the patched layer changes, so a patch at layer l starts from the
   corrupted run's cached `hook_resid_pre` of layer l and runs blocks l..L-1 only;
 - all patches of one layer share a batched forward (one row per patch);
-- the logit difference needs two rows of the unembedding, not the whole head.
+- the logit difference needs two rows of the unembedding, not the whole head;
+- a position before the first token where the prompts differ holds the same activations in
+  both runs (attention is causal), so its cells are 0 without running anything.
 
 Built on hook points only (`attn.hook_z`, `hook_attn_out`, `hook_mlp_out`,
 `hook_resid_pre`, the last `hook_resid_post`), so an active ablation composes with it.
@@ -72,6 +74,10 @@ class _Runs:
         self.target, self.contrast = check_answer(model, target, contrast)
         L = model.config.n_layer
         self.T = c.shape[1]
+        differs = (c[0] != k[0]).nonzero()
+        # Positions before the first differing token hold the same activations in both runs
+        # (attention is causal), so patching one of them restores nothing: no forward needed.
+        self.first_diff = int(differs[0]) if len(differs) else self.T
         self.last = f"blocks.{L - 1}.hook_resid_post"
         names = {f"blocks.{i}.hook_resid_pre" for i in range(L)} | {self.last}
         for kind in kinds:
@@ -133,9 +139,11 @@ class _Runs:
         cfg = self.model.config
         width = cfg.n_head if kind == "heads" else self.T
         per_batch = max(1, batch_tokens // self.T)
-        patched = torch.empty(cfg.n_layer, width)
+        patched = torch.full((cfg.n_layer, width), self.ld_corrupt)
+        first = 0 if kind == "heads" else self.first_diff  # earlier positions: patched == corrupt
+        done += cfg.n_layer * first
         for layer in range(cfg.n_layer):
-            for start in range(0, width, per_batch):
+            for start in range(first, width, per_batch):
                 if cancel is not None and cancel():
                     raise PatchingCancelled(f"patching cancelled after {done} of {total} patches")
                 cells = list(range(start, min(width, start + per_batch)))
