@@ -57,6 +57,7 @@ class AttentionController(QObject):
         panel.promptChanged.connect(lambda _text: self.timer.start())
         panel.bosToggled.connect(lambda _on: self.request())
         panel.headSelected.connect(self.select_head)
+        panel.ablateToggled.connect(self.toggle_ablation)
         panel.exportRequested.connect(self._export_dialog)
 
     # -- requests --------------------------------------------------------------------------
@@ -91,8 +92,27 @@ class AttentionController(QObject):
             if not self.result.has_full(layer):
                 self.request()
 
+    def toggle_ablation(self, layer: int, head: int) -> None:
+        """Shift+click: ablate (or restore) a head for every panel; the window then tells
+        every panel, this one included, to recompute (the session's version moved)."""
+        session = self.ctx.session
+        if not session.has_model:
+            return
+
+        def work(token, _progress):
+            return session.toggle_head(layer, head)
+
+        def done(_state) -> None:
+            window = self.ctx.window
+            if window is not None and hasattr(window, "notify_model_changed"):
+                window.notify_model_changed()
+            else:
+                self.on_model_changed()
+
+        self.ctx.runner.submit("ablation", work, on_result=done, on_error=self._on_error)
+
     def on_model_changed(self) -> None:
-        """The session holds a new model: forget the old picture's shape and recompute."""
+        """The session holds a new model (or a new ablation): forget the old picture's shape and recompute."""
         if self.selected and self.ctx.session.config is not None:
             cfg = self.ctx.session.config
             if self.selected[0] >= cfg.n_layer or self.selected[1] >= cfg.n_head:
@@ -107,6 +127,7 @@ class AttentionController(QObject):
             return
         self.result = result
         self.panel.set_attention(result)
+        self.panel.set_ablated(self.ctx.session.ablation.heads)
         if result.n_tokens:
             if self.selected is None or self.selected[0] >= result.n_layer or self.selected[1] >= result.n_head:
                 flat = int(np.argmax(result.prev_token))  # open on the clearest head type there is

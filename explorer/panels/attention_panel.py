@@ -33,6 +33,7 @@ def bin_labels(tokens: list[str], edges: np.ndarray) -> list[str]:
 class AttentionPanel(QWidget):
     promptChanged = Signal(str)
     headSelected = Signal(int, int)
+    ablateToggled = Signal(int, int)  # Shift+click on a tile: ablate / restore that head (session-wide)
     bosToggled = Signal(bool)
     exportRequested = Signal(str)  # "grid-png" | "head-png" | "npz"
 
@@ -108,6 +109,7 @@ class AttentionPanel(QWidget):
         layout.addWidget(self.readout)
 
         self.grid.headSelected.connect(self.headSelected)
+        self.grid.ablateToggled.connect(self.ablateToggled)
         self.grid.hoverText.connect(self.readout.setText)
         self.zoom.hoverText.connect(self.readout.setText)
         self.zoom.queryHovered.connect(self._tint_chips)
@@ -155,6 +157,10 @@ class AttentionPanel(QWidget):
         self.zoom.set_head(pattern, labels, title, levels)
         self._zoom_row = pattern if pattern.shape[0] == len(self._tokens) else None
         self._tint_chips(-1)
+
+    def set_ablated(self, heads) -> None:
+        """The session's ablated heads, marked on the grid."""
+        self.grid.set_ablated(heads)
 
     def set_status(self, text: str) -> None:
         self.status_label.setText(text)

@@ -26,6 +26,7 @@ GRID_COLORMAP = "inferno"
 STATS_COLORMAP = "viridis"
 STATS = (("entropy", "entropy"), ("prev_token", "prev"), ("first_token", "first"))
 SELECT_COLOUR = "#22d3ee"
+ABLATED_COLOUR = "#ef4444"
 MASKED_COLOUR = "#8a8f98"  # neutral grey: "cannot attend", distinct from weight 0 (black)
 
 
@@ -70,10 +71,12 @@ class _ColumnAxis(pg.AxisItem):
 
 
 class HeatmapGrid(pg.GraphicsLayoutWidget):
-    """Passive view. In: `set_data`, `set_log`, `select`. Out: `headSelected(layer, head)`
-    on click or arrow keys, `hoverText(str)` describing what is under the mouse."""
+    """Passive view. In: `set_data`, `set_log`, `select`, `set_ablated`. Out:
+    `headSelected(layer, head)` on click or arrow keys, `ablateToggled(layer, head)` on
+    Shift+click, `hoverText(str)` describing what is under the mouse."""
 
     headSelected = Signal(int, int)
+    ablateToggled = Signal(int, int)
     hoverText = Signal(str)
 
     def __init__(self, parent=None):
@@ -112,6 +115,12 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
         self.selection.setZValue(10)
         self.selection.hide()
         self.plot.addItem(self.selection)
+        # Ablated heads (session state): a cross over the tile, drawn above the image.
+        self.ablated_marks = pg.ScatterPlotItem(symbol="x", size=14, pen=pg.mkPen(ABLATED_COLOUR, width=2),
+                                                brush=pg.mkBrush(ABLATED_COLOUR))
+        self.ablated_marks.setZValue(11)
+        self.plot.addItem(self.ablated_marks)
+        self.ablated: tuple[tuple[int, int], ...] = ()
 
         self.colorbar = pg.ColorBarItem(values=display_levels(False), colorMap=pg.colormap.get(GRID_COLORMAP),
                                         label="attention weight", interactive=False, width=12)
@@ -232,6 +241,11 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
         t = self._t
         return self._mosaic[layer * t:(layer + 1) * t, head * t:(head + 1) * t]
 
+    def set_ablated(self, heads) -> None:
+        """Mark these (layer, head) tiles as ablated (a red cross)."""
+        self.ablated = tuple((int(l), int(h)) for l, h in heads)
+        self.ablated_marks.setData(x=[h + 0.5 for _, h in self.ablated], y=[l + 0.5 for l, _ in self.ablated])
+
     # -- selection -----------------------------------------------------------------------
     def select(self, layer: int, head: int, emit: bool = False) -> None:
         if not (0 <= layer < self._L and 0 <= head < self._nh):
@@ -269,6 +283,9 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
         cell = self._cell_at(event.scenePos())
         if cell is not None and event.button() == Qt.MouseButton.LeftButton:
             self.setFocus()
+            if event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
+                self.ablateToggled.emit(cell[0], cell[1])
+                return
             self.select(cell[0], cell[1], emit=True)
 
     def _on_move(self, scene_pos) -> None:
@@ -277,7 +294,7 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
             return
         layer, head, fy, fx = cell
         q, k = min(int(fy * self._t), self._t - 1), min(int(fx * self._t), self._t - 1)
-        text = f"L{layer} H{head}"
+        text = f"L{layer} H{head}" + (" (ablated)" if (layer, head) in self.ablated else "")
         stats = "  ".join(f"{title} {self._stats[key][layer, head]:.2f}" for key, title in STATS if key in self._stats)
         if k <= q:
             weight = self._thumbs[layer, head, q, k]

@@ -158,3 +158,41 @@ def test_a_nan_model_gives_a_message_and_the_panel_stays(qtbot, view, panel_cont
         panel_context.session.model.blocks[0].mlp.c_fc.weight.fill_(float("nan"))
     view.panel.set_prompt_text("Something else")
     qtbot.waitUntil(lambda: "NaN/Inf" in view.panel.message.text(), timeout=WAIT)
+
+
+def test_shift_click_in_the_attention_grid_ablates_a_head_and_marks_it(qtbot, panel_context, single_torch_thread):
+    from PySide6.QtCore import QPointF, Qt
+
+    from explorer.controllers.attention import AttentionView
+
+    session = panel_context.session
+    view = AttentionView(panel_context, debounce_ms=0)
+    qtbot.addWidget(view)
+    view.resize(1000, 700)
+    view.show()
+    with qtbot.waitSignal(view.controller.drawn, timeout=WAIT):
+        pass
+    before = view.controller.result.thumbnails
+    grid = view.panel.grid
+
+    class Click:  # what pyqtgraph's scene hands to sigMouseClicked, with Shift held
+        def __init__(self, pos):
+            self._pos = pos
+
+        def scenePos(self):  # noqa: N802
+            return self._pos
+
+        def button(self):
+            return Qt.MouseButton.LeftButton
+
+        def modifiers(self):
+            return Qt.KeyboardModifier.ShiftModifier
+
+    centre = grid.plot.vb.mapViewToScene(QPointF(2.5, 0.5))  # head 2 of layer 0
+    with qtbot.waitSignal(view.controller.drawn, timeout=WAIT):
+        grid._on_click(Click(centre))
+    assert session.ablation.heads == ((0, 2),) and grid.ablated == ((0, 2),)
+    after = view.controller.result.thumbnails
+    np.testing.assert_array_equal(after[0], before[0])  # layer 0's patterns do not depend on its own output
+    assert np.abs(after[1] - before[1]).max() > 1e-6  # layer 1 reads the ablated head's absence
+    view.close()
