@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+import shiboken6
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QFileDialog, QVBoxLayout, QWidget
 
@@ -50,6 +51,7 @@ class AttentionController(QObject):
         self._in_flight = False
         self._dirty = False
         self._ready_sent = False
+        self._census_version = -1  # the version whose head census is on the grid (or on its way)
         self.timer = QTimer(self)
         self.timer.setSingleShot(True)
         self.timer.setInterval(debounce_ms)
@@ -92,6 +94,26 @@ class AttentionController(QObject):
             if not self.result.has_full(layer):
                 self.request()
 
+    def _show_census(self, version: int) -> None:
+        """The induction column: the session's head census for this model and ablation,
+        computed once per version in the background (repeated random tokens, ~1 s for GPT-2 small)."""
+        if self._census_version == version:
+            return
+        self._census_version = version
+        session = self.ctx.session
+
+        def work(token, _progress):
+            token.raise_if_cancelled()
+            return session.head_census()
+
+        def show(census) -> None:
+            # It may arrive after the view closed (nothing waits for it): then there is nothing to draw.
+            if census.version == session.version and shiboken6.isValid(self.panel):
+                self.panel.set_census(census.induction)
+
+        self.panel.set_census(None)
+        self.ctx.runner.submit("attention-census", work, on_result=show, on_error=self._on_error)
+
     def toggle_ablation(self, layer: int, head: int) -> None:
         """Shift+click: ablate (or restore) a head for every panel; the window then tells
         every panel, this one included, to recompute (the session's version moved)."""
@@ -128,6 +150,7 @@ class AttentionController(QObject):
         self.result = result
         self.panel.set_attention(result)
         self.panel.set_ablated(self.ctx.session.ablation.heads)
+        self._show_census(result.version)
         if result.n_tokens:
             if self.selected is None or self.selected[0] >= result.n_layer or self.selected[1] >= result.n_head:
                 flat = int(np.argmax(result.prev_token))  # open on the clearest head type there is

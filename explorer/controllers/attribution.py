@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 
+import shiboken6
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QFileDialog, QVBoxLayout, QWidget
 
@@ -258,8 +259,8 @@ class AttributionController(QObject):
                                on_error=lambda exc: self._show_error("Head census failed", exc))
 
     def _on_census(self, census) -> None:
-        if census.version != self.session.version:
-            return
+        if census.version != self.session.version or not shiboken6.isValid(self.panel):
+            return  # stale, or the view closed while it was computed
         self.census = census
         self.panel.set_census(census.rows(), self.session.ablation.heads)
         self.censusDrawn.emit(census)

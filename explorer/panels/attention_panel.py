@@ -162,6 +162,10 @@ class AttentionPanel(QWidget):
         """The session's ablated heads, marked on the grid."""
         self.grid.set_ablated(heads)
 
+    def set_census(self, induction) -> None:
+        """The head census's induction scores (L, nh) as the grid's last summary column."""
+        self.grid.set_census(induction)
+
     def set_status(self, text: str) -> None:
         self.status_label.setText(text)
 

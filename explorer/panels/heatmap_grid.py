@@ -24,7 +24,9 @@ from PySide6.QtWidgets import QGraphicsRectItem
 LOG_FLOOR = 1e-4  # log scale shows weights from 1e-4 to 1
 GRID_COLORMAP = "inferno"
 STATS_COLORMAP = "viridis"
-STATS = (("entropy", "entropy"), ("prev_token", "prev"), ("first_token", "first"))
+STATS = (("entropy", "entropy"), ("prev_token", "prev"), ("first_token", "first"), ("induction", "induct."))
+# "induction" is the head census's score (repeated random tokens, not this prompt): it comes
+# through `set_census`, not with the prompt's data, and stays until the model or ablation changes.
 SELECT_COLOUR = "#22d3ee"
 ABLATED_COLOUR = "#ef4444"
 MASKED_COLOUR = "#8a8f98"  # neutral grey: "cannot attend", distinct from weight 0 (black)
@@ -88,6 +90,7 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
         self._mosaic = np.zeros((0, 0), np.float32)
         self._bin_labels: list[str] = []
         self._stats: dict[str, np.ndarray] = {}
+        self._census: np.ndarray | None = None  # (L, nh) induction scores of the head census
         self._lens: tuple = ((), np.zeros(0))
         self._log = False
         self.selected: tuple[int, int] | None = None
@@ -193,6 +196,9 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
                 self.selected = None
                 self.selection.hide()
         for key, _title in STATS:
+            if key == "induction":
+                self.set_census(self._census)
+                continue
             values = stats.get(key, np.zeros((L, nh)))
             top = max(math.log(max(t, 2)), 1e-6) if key == "entropy" else 1.0
             self.stat_images[key].setImage(values.astype(np.float32), autoLevels=False, levels=(0.0, top))
@@ -240,6 +246,18 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
         """The (t, t) weights drawn for one head (NaN above the diagonal): what tests check."""
         t = self._t
         return self._mosaic[layer * t:(layer + 1) * t, head * t:(head + 1) * t]
+
+    def set_census(self, induction: np.ndarray | None) -> None:
+        """The head census's induction score per head (L, nh), as the last summary column
+        (blank until it arrives, or when it is for another shape)."""
+        self._census = induction
+        L, nh = self._L, self._nh
+        values = induction if induction is not None and induction.shape == (L, nh) else np.full((L, nh), np.nan)
+        self.stat_images["induction"].setImage(np.asarray(values, np.float32), autoLevels=False, levels=(0.0, 0.5))
+        self.stat_images["induction"].setRect(QRectF(0, 0, max(nh, 1), max(L, 1)))
+        self.stat_plots["induction"].setXRange(0, max(nh, 1), padding=0)
+        if "induction" in self._stats or induction is not None:
+            self._stats = {**self._stats, "induction": values}
 
     def set_ablated(self, heads) -> None:
         """Mark these (layer, head) tiles as ablated (a red cross)."""
@@ -295,7 +313,8 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
         layer, head, fy, fx = cell
         q, k = min(int(fy * self._t), self._t - 1), min(int(fx * self._t), self._t - 1)
         text = f"L{layer} H{head}" + (" (ablated)" if (layer, head) in self.ablated else "")
-        stats = "  ".join(f"{title} {self._stats[key][layer, head]:.2f}" for key, title in STATS if key in self._stats)
+        stats = "  ".join(f"{title} {self._stats[key][layer, head]:.2f}" for key, title in STATS
+                          if key in self._stats and self._stats[key].shape == (self._L, self._nh))
         if k <= q:
             weight = self._thumbs[layer, head, q, k]
             text += f"   query {self._bin_labels[q]} → key {self._bin_labels[k]}: {weight:.3f}"

@@ -196,3 +196,15 @@ def test_shift_click_in_the_attention_grid_ablates_a_head_and_marks_it(qtbot, pa
     np.testing.assert_array_equal(after[0], before[0])  # layer 0's patterns do not depend on its own output
     assert np.abs(after[1] - before[1]).max() > 1e-6  # layer 1 reads the ablated head's absence
     view.close()
+
+
+def test_the_attention_grid_shows_the_census_induction_column(qtbot, panel_context, single_torch_thread):
+    from explorer.controllers.attention import AttentionView
+
+    view = AttentionView(panel_context, debounce_ms=0)
+    qtbot.addWidget(view)
+    with qtbot.waitSignal(view.controller.drawn, timeout=WAIT):
+        pass
+    census = panel_context.session.head_census()
+    qtbot.waitUntil(lambda: view.panel.grid._census is not None, timeout=WAIT)
+    np.testing.assert_array_equal(view.panel.grid.stat_images["induction"].image, census.induction.astype(np.float32))
