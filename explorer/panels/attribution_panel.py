@@ -232,7 +232,8 @@ class AttributionPanel(QWidget):
             parts += f" &nbsp; <i>({r.ablation.text()})</i>"
         self.bars.set_parts(r.attn, r.mlps, r.embed, r.bias, caption=parts)
         values = np.concatenate([r.heads, r.mlps[:, None]], axis=1)  # (L, nh + 1)
-        self.heads.set_matrix(values, [f"L{l}" for l in range(r.n_layer)], [f"H{h}" for h in range(r.n_head)] + ["MLP"])
+        self.heads.set_matrix(values, [f"L{l}" for l in range(r.n_layer)], [f"H{h}" for h in range(r.n_head)] + ["MLP"],
+                              col_px=30)
         self.set_ablation_marks(r.ablation.heads, r.ablation.mlps)
         self.target.set_top([t.text for t in r.top], r.top_probs)
         self.contrast.set_top([t.text for t in r.top], r.top_probs)
@@ -256,10 +257,10 @@ class AttributionPanel(QWidget):
         """r: a PatchingResult."""
         L = r.heads.shape[0]
         rows = [f"L{l}" for l in range(L)]
-        positions = [f"{i} {_token_label(t)}" for i, t in enumerate(r.tokens)]
+        positions = [_token_label(t) for t in r.tokens]  # the position is in the hover text and the CSV
         for kind, _title in PATCH_KINDS:
             cols = [f"H{h}" for h in range(r.heads.shape[1])] if kind == "heads" else positions
-            self.patch_maps[kind].set_matrix(r.map(kind), rows, cols, scale=1.0)
+            self.patch_maps[kind].set_matrix(r.map(kind), rows, cols, scale=1.0, col_px=30 if kind == "heads" else 56)
         self.set_ablation_marks(r.ablation.heads, r.ablation.mlps)
         self.patch_message.setText(
             f"clean LD {r.ld_clean:+.3f}, corrupted LD {r.ld_corrupt:+.3f}; each cell: (patched − corrupted) / "

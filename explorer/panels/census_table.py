@@ -31,6 +31,7 @@ class CensusTable(QTableWidget):
         self.setToolTip("Scores on repeated random tokens (TransformerLens's head detector: attention mass on the "
                         "detection pattern, averaged over query rows). A perfect duplicate or induction head scores "
                         "≈ 0.5 there (only the second half has targets). Double-click a row to ablate that head.")
+        self.horizontalHeader().setSortIndicator(0, Qt.SortOrder.AscendingOrder)  # layer order until a click
         self.cellDoubleClicked.connect(self._on_double_click)
         self._rows: list[tuple[int, int, float, float, float]] = []
 

@@ -27,7 +27,7 @@ class _LabelAxis(pg.AxisItem):
         self.enableAutoSIPrefix(False)
 
     def set_labels(self, labels: list[str], max_labels: int = 40) -> None:
-        step = max(1, math.ceil(len(labels) / max_labels))
+        step = max(1, math.ceil(len(labels) / max(1, max_labels)))
         major = [(i + 0.5, text) for i, text in enumerate(labels) if i % step == 0]
         minor = [(i + 0.5, "") for i in range(len(labels)) if i % step]
         self.setTicks([major, minor])
@@ -46,6 +46,7 @@ class ValueHeatmap(pg.GraphicsLayoutWidget):
         self._rows: list[str] = []
         self._cols: list[str] = []
         self._value_label = value_label
+        self._col_px = 56
         self.left_axis = _LabelAxis("left")
         self.bottom_axis = _LabelAxis("bottom")
         self.plot = self.addPlot(row=0, col=0, axisItems={"left": self.left_axis, "bottom": self.bottom_axis})
@@ -75,8 +76,10 @@ class ValueHeatmap(pg.GraphicsLayoutWidget):
 
     # -- data in -----------------------------------------------------------------------
     def set_matrix(self, values: np.ndarray, row_labels: list[str], col_labels: list[str],
-                   scale: float | None = None) -> None:
-        """values (R, C); colour range ±scale (default: ±max |value|, never 0)."""
+                   scale: float | None = None, col_px: int = 56) -> None:
+        """values (R, C); colour range ±scale (default: ±max |value|, never 0); column
+        labels thinned to about one per `col_px` pixels."""
+        self._col_px = col_px
         values = np.asarray(values, dtype=np.float64)
         R, C = values.shape
         self._values, self._rows, self._cols = values, list(row_labels), list(col_labels)
@@ -86,9 +89,20 @@ class ValueHeatmap(pg.GraphicsLayoutWidget):
         self.colorbar.setLevels(values=(-m, m))
         self.image.setImage(values.astype(np.float32), autoLevels=False, levels=(-m, m))
         self.image.setRect(QRectF(0, 0, max(C, 1), max(R, 1)))
-        self.left_axis.set_labels(self._rows)
-        self.bottom_axis.set_labels(self._cols, max_labels=24)
+        self._apply_labels()
         self.plot.vb.setRange(xRange=(0, max(C, 1)), yRange=(0, max(R, 1)), padding=0)
+
+    def _apply_labels(self) -> None:
+        """Thin the labels to what fits: one column label per `col_px` pixels, one row label per 16 px."""
+        width = max(self.plot.vb.width() or 0, self.width() * 0.7)
+        height = max(self.plot.vb.height() or 0, self.height() * 0.7)
+        self.left_axis.set_labels(self._rows, max_labels=max(2, int(height / 16)))
+        self.bottom_axis.set_labels(self._cols, max_labels=max(2, int(width / self._col_px)))
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        if getattr(self, "_values", np.zeros(0)).size:  # pyqtgraph resizes once inside __init__
+            self._apply_labels()
 
     def set_marks(self, cells) -> None:
         """Draw a cross on each (row, col) in `cells` (e.g. the ablated heads)."""
@@ -147,7 +161,8 @@ class ValueHeatmap(pg.GraphicsLayoutWidget):
         cell = self._cell_at(scene_pos)
         if cell is not None:
             r, c = cell
-            self.hoverText.emit(f"{self._rows[r]} · {self._cols[c]}: {self._value_label} {self._values[r, c]:+.4f}")
+            self.hoverText.emit(f"{self._rows[r]} · {self._cols[c]} (column {c}): {self._value_label} "
+                                f"{self._values[r, c]:+.4f}")
 
     def cell_centre(self, row: int, col: int):
         """Scene position of a cell's centre (tests click there)."""
