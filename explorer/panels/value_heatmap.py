@@ -137,7 +137,8 @@ class ValueHeatmap(pg.GraphicsLayoutWidget):
 
         out = io.StringIO()
         writer = csv.writer(out)
-        writer.writerow([""] + self._cols)
+        unique = len(set(self._cols)) == len(self._cols)  # a token may appear twice: then name columns by position too
+        writer.writerow([""] + (self._cols if unique else [f"{i} {c}" for i, c in enumerate(self._cols)]))
         for label, row in zip(self._rows, self._values):
             writer.writerow([label] + [f"{v:.6g}" for v in row])
         return out.getvalue()
