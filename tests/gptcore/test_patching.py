@@ -127,3 +127,22 @@ def test_patching_a_model_that_outputs_nan(tmp_path):
         ours.blocks[1].mlp.c_fc.weight[0, 0] = float("nan")
     with pytest.raises(ValueError, match="not finite"):
         patch_heads(ours, CLEAN, CORRUPT, TARGET, CONTRAST)
+
+
+def test_the_shared_prefix_path_gives_the_maps_of_whole_prompt_runs(pair):
+    """The tokens before the first difference (3 here) are computed once in a KV cache; with
+    any hook attached that shortcut is off. Both paths give the same maps."""
+    from gptcore.patching import _Runs
+
+    _, ours = pair
+    runs = _Runs(ours, CLEAN, CORRUPT, TARGET, CONTRAST, ["heads"])
+    runs.use_shared_prefix(4)
+    assert runs.start == 3 and runs.prefix_cache is not None
+    fast = patch_all(ours, CLEAN, CORRUPT, TARGET, CONTRAST)
+    with ours.hooks([("hook_embed", lambda t, hook: None)]):  # an observer: forces whole-prompt runs
+        runs = _Runs(ours, CLEAN, CORRUPT, TARGET, CONTRAST, ["heads"])
+        runs.use_shared_prefix(4)
+        assert runs.start == 0 and runs.prefix_cache is None
+        whole = patch_all(ours, CLEAN, CORRUPT, TARGET, CONTRAST)
+    for kind in fast:
+        torch.testing.assert_close(fast[kind].scores, whole[kind].scores, rtol=0, atol=1e-5)
