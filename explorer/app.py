@@ -22,6 +22,7 @@ LOG_MAX_BYTES = 1_000_000
 LOG_BACKUPS = 3
 LOAD_TIMEOUT_S = 600
 READY_TIMEOUT_S = 120
+DEFAULT_SIZE = "1280x820"
 QUIT_WAIT_MS = 800  # cooperative tasks stop within one step (~40 ms on GPT-2 small); slower ones are abandoned
 
 
@@ -38,16 +39,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--screenshot", metavar="OUT.png", help="render --panel offscreen into a PNG and exit")
     p.add_argument("--theme", default="system", choices=["system", "light", "dark"],
                    help="colours: follow the system (default) or force light/dark")
-    p.add_argument("--size", default="1280x820", metavar="WxH", help="window size (default 1280x820)")
+    p.add_argument("--size", metavar="WxH",
+                   help="window size (default: the size it had when last closed, or 1280x820)")
     p.add_argument("--exit-after-paint", action="store_true", help=argparse.SUPPRESS)  # launch-time measurement
     args = p.parse_args(argv)
     try:
-        w, h = (int(v) for v in args.size.lower().split("x"))
+        w, h = (int(v) for v in (args.size or DEFAULT_SIZE).lower().split("x"))
         if not (200 <= w <= 8000 and 150 <= h <= 8000):
             raise ValueError
     except ValueError:
         p.error(f"--size {args.size!r}: use WIDTHxHEIGHT in pixels, e.g. 1280x820 (200–8000 wide, 150–8000 high)")
-    args.size_wh = (w, h)
+    args.size_wh = (w, h) if args.size else None  # None: the saved geometry (screenshots: DEFAULT_SIZE)
     if args.screenshot and not args.panel:
         args.panel = "config"
     return args
@@ -69,20 +71,24 @@ class _OneLineFormatter(logging.Formatter):
         return f"gpt-explorer: {record.getMessage()}"
 
 
+LOGGERS = ("explorer", "gptcore")  # the app's own lines and gptcore's (e.g. the oneDNN fallback)
+
+
 def teardown_logging() -> None:
     """Remove (and close) the handlers setup_logging added."""
-    root = logging.getLogger("explorer")
     while _HANDLERS:
         handler = _HANDLERS.pop()
-        root.removeHandler(handler)
+        for name in LOGGERS:
+            logging.getLogger(name).removeHandler(handler)
         handler.close()
 
 
 def setup_logging() -> Path | None:
     """A rotating log file in the user's standard log directory (size-capped), plus stderr."""
     teardown_logging()
-    root = logging.getLogger("explorer")
-    root.setLevel(logging.INFO)
+    loggers = [logging.getLogger(name) for name in LOGGERS]
+    for logger in loggers:
+        logger.setLevel(logging.INFO)
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     path = None
     try:
@@ -92,14 +98,16 @@ def setup_logging() -> Path | None:
         handler = logging.handlers.RotatingFileHandler(path, maxBytes=LOG_MAX_BYTES, backupCount=LOG_BACKUPS,
                                                        encoding="utf-8")
         handler.setFormatter(fmt)
-        root.addHandler(handler)
+        for logger in loggers:
+            logger.addHandler(handler)
         _HANDLERS.append(handler)
     except OSError as exc:  # a read-only home must not stop the app
         print(f"gpt-explorer: cannot write a log file ({exc}); logging to stderr only", file=sys.stderr)
     console = logging.StreamHandler(sys.stderr)
     console.setLevel(logging.WARNING)
     console.setFormatter(_OneLineFormatter())
-    root.addHandler(console)
+    for logger in loggers:
+        logger.addHandler(console)
     _HANDLERS.append(console)
     return path
 
@@ -136,6 +144,15 @@ def _wait(app, predicate, timeout_s: float) -> bool:
     return True
 
 
+def apply_size(window, args) -> None:
+    """`--size` wins over the geometry saved when the window last closed, in every mode;
+    screenshots without one use DEFAULT_SIZE (never the user's saved layout)."""
+    if args.size_wh is not None:
+        window.resize(*args.size_wh)
+    elif args.screenshot or args.exit_after_paint:
+        window.resize(*(int(v) for v in DEFAULT_SIZE.split("x")))
+
+
 def take_screenshot(app, window, runner, panel_name: str, out: str) -> int:
     """Wait for the model and the panel's first data, grab the window, write the PNG."""
     from .workers import MODEL_TASK
@@ -149,14 +166,12 @@ def take_screenshot(app, window, runner, panel_name: str, out: str) -> int:
         return 2
     ready = []
     panel = window.show_panel(panel_name)
-    signal = getattr(panel, "dataReady", None)
-    if signal is not None:
-        signal.connect(lambda *a: ready.append(True))
-        if getattr(panel, "is_ready", False):
-            ready.append(True)
-        if not _wait(app, lambda: bool(ready) or bool(window.errors_shown), READY_TIMEOUT_S):
-            print(f"gpt-explorer: panel {panel_name!r} had no data after {READY_TIMEOUT_S} s", file=sys.stderr)
-            return 3
+    panel.dataReady.connect(lambda *a: ready.append(True))
+    if panel.is_ready:
+        ready.append(True)
+    if not _wait(app, lambda: bool(ready) or bool(window.errors_shown), READY_TIMEOUT_S):
+        print(f"gpt-explorer: panel {panel_name!r} had no data after {READY_TIMEOUT_S} s", file=sys.stderr)
+        return 3
     _wait(app, lambda: False, 0.3)  # let the last paints and layouts settle
     if window.errors_shown:
         for title, message in window.errors_shown:
@@ -175,6 +190,12 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.screenshot or args.exit_after_paint:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from .platform_check import xcb_problem
+
+    problem = xcb_problem()  # before Qt, which would abort with its own words
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
     log_path = setup_logging()
 
     from PySide6.QtCore import QEvent, QObject, QSettings, QTimer
@@ -203,10 +224,10 @@ def main(argv=None) -> int:
     window = MainWindow(None, runner, settings=settings, prompt=args.prompt, panel=args.panel,
                         log_path=str(log_path) if log_path else None)
     window.auto_download = not args.screenshot  # a screenshot uses what is here, never waits on the network
+    window.fall_back_on_failed_start = not args.screenshot  # a screenshot of a bad --model exits 2 instead
     holder = {"window": window}
     install_exception_hook(lambda: holder.get("window"))
-    if args.screenshot or args.exit_after_paint:
-        window.resize(*args.size_wh)
+    apply_size(window, args)
 
     class FirstPaint(QObject):
         def eventFilter(self, obj, event):

@@ -1,36 +1,37 @@
-"""Latency of the attention panel: last keystroke -> every heatmap repainted.
+"""Latency of the attention panel (last keystroke -> every heatmap repainted) and in-app speed
+of generation, through the real widgets, controllers, runner and session.
 
-    python -m explorer.bench [--edits 12] [--tokens 32] [--shape gpt2|tiny]
+    python -m explorer.bench [--tokens 32,256,1000] [--edits 8] [--shape gpt2|gpt2-xl|tiny] [--json]
 
-What is timed, per edit (median and spread over several edits):
-- end to end: a real key press into the prompt box (offscreen Qt), the 80 ms debounce, the
-  worker's capture, drawing the grid/summary/lens/zoom, and a synchronous repaint of both
-  views; the clock stops when the repaint returns. Meanwhile the GUI thread waits in a Qt
-  event loop, as the app's does: polling (processEvents + a 1 ms sleep) would wake the GUI
-  thread a thousand times a second to fight the worker for the GIL and the two cores, and
-  made the capture ~30 ms slower than the app ever sees it;
-- the capture alone (`Session.attention`, the forward with hooks + pooling + logit lens),
-  and for reference the bare forward without hooks (fused attention, no logits).
-The model is GPT-2 small's shape with random weights (timing does not depend on the values).
-Expect the capture inside the app (a worker thread) to take 20-45 ms longer than the one timed
-here on the main thread: once more than one thread has run parallel torch ops (here the main
-thread did, in the app the GUI thread and pool threads do), libgomp sees more OpenMP threads
-than CPUs and lets each team's helper thread sleep between parallel regions instead of
-spinning, so every GEMM waits for a wake-up, and longer after an idle pause.
-The load average is printed too: on a shared machine other processes move these numbers.
+Per prompt length, what is timed (median over the edits):
+- keystroke_ms: a real key press into the prompt box (offscreen Qt; alternately "x" and
+  Backspace at the end of the prompt), the debounce, the capture on the compute thread with
+  prefix reuse (only the changed suffix runs), drawing, and a synchronous repaint of the grid
+  and the zoom; the clock stops when the repaint returns. Meanwhile the GUI thread waits in a
+  Qt event loop as the app's does (polling would fight the compute thread for the GIL);
+- recompute_ms: the same, with the session's prefix reuse switched off (every keystroke
+  recomputes the whole prompt), edits interleaved with the reuse ones so machine load falls
+  on both alike;
+- draw_ms: drawing alone (set_attention + the zoomed head + both repaints) for a new
+  result after a one-token edit, the case typing produces.
+Then generation_ratio: greedy tokens/s of the generation pane (its own rate: tokens after the
+first over their time, streamed through the runner to the view) over gptcore's `generate` on
+the same model and prompt in this process, the same way (`gptcore.bench`'s decode loop).
+The model has random weights of the chosen shape (timing does not depend on the values). The
+load average is printed: on a shared machine other processes move these numbers.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
 import time
 
 
-def _median_ms(samples: list[float]) -> str:
-    ms = sorted(s * 1000 for s in samples)
-    return f"median {statistics.median(ms):6.1f} ms   (min {ms[0]:.1f}, max {ms[-1]:.1f}, n={len(ms)})"
+def _median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000 if samples else float("nan")
 
 
 def prompt_of(session, n_tokens: int) -> str:
@@ -43,74 +44,16 @@ def prompt_of(session, n_tokens: int) -> str:
     return text
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m explorer.bench", description=__doc__.splitlines()[0])
-    p.add_argument("--edits", type=int, default=12)
-    p.add_argument("--tokens", type=int, default=32)
-    p.add_argument("--shape", default="gpt2", choices=["gpt2", "tiny"])
-    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
-    args = p.parse_args(argv)
-    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+class _Waiter:
+    """Runs the Qt event loop until a predicate holds, woken by the signals given (and every
+    tick_ms when asked): the GUI thread sleeps in the event loop between, as in the app."""
 
-    import torch
-    from PySide6.QtCore import QEventLoop, Qt, QTimer
-    from PySide6.QtTest import QTest
-    from PySide6.QtWidgets import QApplication
+    def __init__(self, *signals):
+        self.signals = signals
 
-    from gptcore.config import GPTConfig
+    def __call__(self, pred, timeout=300.0, tick_ms=50):
+        from PySide6.QtCore import QEventLoop, QTimer
 
-    from .controllers.attention import AttentionView
-    from .registry import PanelContext
-    from .session import Session
-    from .workers import TaskRunner
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    app = QApplication.instance() or QApplication([])
-    if args.shape == "gpt2":
-        session = Session(device="cpu")
-        session.build(GPTConfig.preset("gpt2").to_dict(), "gpt2", seed=0)
-    else:
-        session = Session.tiny()
-    text = prompt_of(session, args.tokens)
-    cfg = session.config
-    print(f"model: {session.info.name} ({cfg.n_layer} layers × {cfg.n_head} heads, n_embd {cfg.n_embd}); "
-          f"torch threads {torch.get_num_threads()}; load average {os.getloadavg()[0]:.2f} "
-          f"on {os.cpu_count()} CPUs (shared machine: other work shows up here)")
-
-    # 1. The capture and the bare forward.
-    ids = torch.tensor([session.encode(text + " x")])
-    print(f"prompt: {ids.shape[1]} tokens")
-    for _ in range(2):
-        session.attention(text + " x")
-    capture, bare, full_logits = [], [], []
-    for _ in range(args.edits):
-        t0 = time.perf_counter()
-        session.attention(text + " x", full_layers=(0,))
-        capture.append(time.perf_counter() - t0)
-        with torch.inference_mode():
-            t0 = time.perf_counter()
-            session.model(ids, logits=None)
-            bare.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            session.model(ids, logits="all")
-            full_logits.append(time.perf_counter() - t0)
-    print(f"capture (hooks, all patterns, stats, lens):   {_median_ms(capture)}")
-    print(f"bare forward, no hooks, logits=None:           {_median_ms(bare)}")
-    print(f"bare forward, no hooks, logits for every pos.: {_median_ms(full_logits)}")
-
-    # 2. End to end through the real panel.
-    runner = TaskRunner()
-    view = AttentionView(PanelContext(session, runner, None, text))
-    view.resize(1400, 850)
-    view.show()
-    drawn: list[tuple[str, float]] = []
-    view.controller.drawn.connect(lambda r: drawn.append((r.text, time.perf_counter())))
-
-    def wait(pred, timeout=120.0, tick_ms=50):
-        """Run the event loop until pred() holds, re-checking when something was drawn or
-        the runner's queue drained (and every tick_ms, for the debounce timer; 0: never):
-        between those the GUI thread sleeps in Qt's event loop as it does in the app."""
         if pred():
             return
         loop = QEventLoop()
@@ -119,52 +62,173 @@ def main(argv=None) -> int:
         ticker.timeout.connect(check)
         if tick_ms:
             ticker.start(tick_ms)
-        links = [(view.controller.drawn, view.controller.drawn.connect(check)),
-                 (runner.busyChanged, runner.busyChanged.connect(check))]
+        links = [(s, s.connect(check)) for s in self.signals]
         QTimer.singleShot(int(timeout * 1000), loop.quit)
         loop.exec()
         ticker.stop()
         for signal, link in links:
             signal.disconnect(link)
         if not pred():
-            raise TimeoutError("the panel did not draw in time")
+            raise TimeoutError("the app did not finish in time")
 
+
+def bench_attention(app, session, runner, tokens: int, edits: int, recompute: bool = True) -> dict:
+    from PySide6.QtCore import Qt
+    from PySide6.QtTest import QTest
+
+    from .context import PanelContext
+    from .controllers.attention import AttentionController
+    from .controllers.base import PanelPage
+
+    text = prompt_of(session, tokens)
+    view = PanelPage(PanelContext(session, runner, None, text + " "), AttentionController)
+    view.resize(1400, 850)
+    view.show()
+    drawn: list[str] = []
+    view.controller.drawn.connect(lambda r: drawn.append(r.text))
+    wait = _Waiter(view.controller.drawn, runner.busyChanged)
     idle = lambda: (not view.controller.timer.isActive() and not view.controller._in_flight and not runner.busy)  # noqa: E731
     wait(lambda: bool(drawn) and idle())
-    prompt = view.panel.prompt
+    prompt = view.view.prompt
     prompt.setFocus()
     prompt.moveCursor(prompt.textCursor().MoveOperation.End)
-    latencies = []
-    for i in range(args.edits):
+    times = {True: [], False: []}
+    for i in range(4 * max(1, (edits + 1) // 2)):
+        reuse = (i // 2) % 2 == 0 or not recompute  # pairs of edits (x, Backspace) with reuse, then without
+        session.prefix_reuse = reuse
         wait(idle)
-        time.sleep(0.15)
+        time.sleep(0.1)
         app.processEvents()
-        key = Qt.Key.Key_X if i % 2 == 0 else Qt.Key.Key_Backspace
-        target = text + " x" if i % 2 == 0 else text + " "
-        if i == 0:
-            QTest.keyClick(prompt, Qt.Key.Key_Space)
-            wait(idle)
+        key, target = (Qt.Key.Key_X, text + " x") if i % 2 == 0 else (Qt.Key.Key_Backspace, text + " ")
         drawn.clear()
         t0 = time.perf_counter()
-        QTest.keyClick(prompt, key)  # the last keystroke of this edit
-        wait(lambda: any(t == target for t, _ in drawn), tick_ms=0)  # woken by `drawn` only
-        view.panel.grid.viewport().repaint()  # synchronous: every heatmap painted now
-        view.panel.zoom.viewport().repaint()
-        latencies.append(time.perf_counter() - t0)
-    print(f"keystroke -> all heatmaps repainted (debounce {view.controller.timer.interval()} ms included): "
-          f"{_median_ms(latencies)}")
-    result, draws = view.controller.result, []
-    for _ in range(args.edits):
+        QTest.keyClick(prompt, key)
+        wait(lambda: target in drawn, tick_ms=0)  # woken by `drawn` only
+        view.view.grid.viewport().repaint()  # synchronous: every heatmap painted now
+        view.view.zoom.viewport().repaint()
+        times[reuse].append(time.perf_counter() - t0)
+    session.prefix_reuse = True
+    # Drawing alone: alternate two results one token apart, as typing does.
+    a = session.attention(text + " x", full_layers=(view.controller.selected[0],), thumb_size=view.controller.thumb_size)
+    b = session.attention(text + " ", full_layers=(view.controller.selected[0],), thumb_size=view.controller.thumb_size)
+    draws = []
+    for i in range(2 * edits):
+        result = (a, b)[i % 2]
         t0 = time.perf_counter()
-        view.panel.set_attention(result)
+        view.controller.result = result
+        view.view.set_attention(result)
         view.controller._show_selected()
-        view.panel.grid.viewport().repaint()
-        view.panel.zoom.viewport().repaint()
+        view.view.grid.viewport().repaint()
+        view.view.zoom.viewport().repaint()
         draws.append(time.perf_counter() - t0)
-    print(f"drawing alone (grid, columns, zoom, chips + repaint):            {_median_ms(draws)}")
-    print(f"load average after: {os.getloadavg()[0]:.2f}")
-    runner.wait_all(5000)
+    out = dict(tokens=int(view.controller.result.n_tokens), keystroke_ms=round(_median_ms(times[True]), 1),
+               recompute_ms=round(_median_ms(times[False]), 1) if recompute else None, draw_ms=round(_median_ms(draws), 1),
+               debounce_ms=view.controller.timer.interval(), cache_mb=round(session.attention_cache_bytes() / 2**20, 1))
+    runner.wait_all(10000)
+    app.processEvents()
     view.close()
+    view.deleteLater()
+    return out
+
+
+def bench_generation(app, session, runner, new_tokens: int, rounds: int = 3) -> dict:
+    """In-app greedy tok/s over gptcore's own `generate` loop, interleaved, same prompt."""
+    import torch
+
+    from gptcore.generation import generate
+
+    from .context import PanelContext
+    from .controllers.base import PanelPage
+    from .controllers.generation import GenerationController
+
+    prompt = "The quick brown fox jumps over the lazy dog because"
+    page = PanelPage(PanelContext(session, runner, None, None), GenerationController)
+    pane = page.controller
+    pane.view.set_prompt_text(prompt)
+    pane.view.set_settings(temperature=0.0, max_new_tokens=new_tokens)
+    wait = _Waiter(pane.generationFinished, runner.busyChanged)
+    ids = session.prompt_context(prompt).ids.tolist()
+    app_rates, ref_rates = [], []
+
+    def reference() -> float:  # on the compute thread too, so both share its warm OpenMP team
+        stamps = []
+        for _step in generate(session.model, ids, max_new_tokens=new_tokens, temperature=0):
+            stamps.append(time.perf_counter())
+        return (len(stamps) - 1) / (stamps[-1] - stamps[0])
+
+    for _ in range(rounds):
+        wait(lambda: not runner.busy)
+        got = []
+        runner.submit("bench.reference", lambda t, p: reference(), on_result=got.append)
+        wait(lambda: bool(got) and not runner.busy)
+        ref_rates.append(got[0])
+        finished = []
+        pane.generationFinished.connect(finished.append)
+        assert pane.start_generation()
+        wait(lambda: bool(finished) and not runner.busy)
+        app_rates.append(pane.last_rate)
+    runner.wait_all(10000)
+    app.processEvents()
+    page.close()
+    page.deleteLater()
+    del torch
+    app_rate, ref_rate = statistics.median(app_rates), statistics.median(ref_rates)
+    return dict(generation_ratio=round(app_rate / ref_rate, 3), app_tok_s=round(app_rate, 1),
+                gptcore_tok_s=round(ref_rate, 1), new_tokens=new_tokens)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m explorer.bench", description=__doc__.splitlines()[0])
+    p.add_argument("--edits", type=int, default=6, help="keystrokes per mode and length (x, Backspace pairs)")
+    p.add_argument("--tokens", default="32", help="comma-separated prompt lengths, e.g. 32,256,1000")
+    p.add_argument("--shape", default="gpt2", choices=["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "tiny"])
+    p.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    p.add_argument("--new-tokens", type=int, default=64, help="greedy tokens per generation run (0: skip)")
+    p.add_argument("--no-recompute", action="store_true", help="skip the reuse-off edits (big shapes: minutes each)")
+    p.add_argument("--json", action="store_true", help="print one JSON list instead of text")
+    args = p.parse_args(argv)
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+    import torch
+    from PySide6.QtWidgets import QApplication
+
+    from gptcore.config import GPTConfig
+
+    from .session import Session
+    from .workers import TaskRunner
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    app = QApplication.instance() or QApplication([])
+    if args.shape == "tiny":
+        session = Session.tiny()
+    else:
+        session = Session(device=args.device)
+        session.build(GPTConfig.preset(args.shape).to_dict(), "gpt2", seed=0)
+    cfg = session.config
+    say = (lambda *_: None) if args.json else print
+    say(f"model: {args.shape} shape, random weights ({cfg.n_layer} layers × {cfg.n_head} heads, n_embd {cfg.n_embd}) "
+        f"on {session.device}; torch threads {torch.get_num_threads()}; load average {os.getloadavg()[0]:.2f} "
+        f"on {os.cpu_count()} CPUs")
+    runner = TaskRunner()
+    rows = []
+    for n in [int(x) for x in args.tokens.split(",") if x.strip()]:
+        row = bench_attention(app, session, runner, n, args.edits, recompute=not args.no_recompute)
+        rows.append(row)
+        versus = (f"   recompute {row['recompute_ms']:7.1f} ms   ratio {row['keystroke_ms'] / row['recompute_ms']:.3f}"
+                  if row["recompute_ms"] is not None else "")
+        say(f"{row['tokens']:5d} tokens: keystroke {row['keystroke_ms']:7.1f} ms{versus}   drawing {row['draw_ms']:6.1f} ms"
+            f"   (debounce {row['debounce_ms']} ms; kept state {row['cache_mb']} MB)")
+    if args.new_tokens:
+        gen = bench_generation(app, session, runner, args.new_tokens)
+        rows.append({"generation_ratio": gen["generation_ratio"]})
+        say(f"generation: in-app {gen['app_tok_s']} tok/s, gptcore generate {gen['gptcore_tok_s']} tok/s, "
+            f"ratio {gen['generation_ratio']}")
+    say(f"load average after: {os.getloadavg()[0]:.2f}")
+    if args.json:
+        print(json.dumps(rows))
+    runner.wait_all(5000)
     return 0
 
 

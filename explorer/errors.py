@@ -26,6 +26,7 @@ INPUT_TITLE = "Input not usable"
 class Explanation:
     title: str
     message: str
+    input_problem: bool = False  # a diagnosed bad input: shown where it happened, no dialog needed
 
 
 def raised_by_our_code(exc: BaseException) -> bool:
@@ -66,15 +67,19 @@ def explain(exc: BaseException | str, log_path: str | None = None) -> Explanatio
     if isinstance(exc, MemoryError):
         return Explanation("Out of memory", f"The computer ran out of memory.\n\n{OOM_ADVICE}")
     if name == "BuildRefused":
-        return Explanation("Model too large to build", text)
+        return Explanation("Model too large to build", text, input_problem=True)
     if name == "ConfigError":
-        return Explanation("Invalid config", text)
+        return Explanation("Invalid config", text, input_problem=True)
     if name == "LoadError":
-        return Explanation("Could not load the model", text + "\n\nThe previous model is still loaded.")
+        return Explanation("Could not load the model", text, input_problem=True)
     if name == "TokenizerError":
         return Explanation("Tokenizer problem", text)
+    if isinstance(exc, OSError) and getattr(exc, "filename", None):  # the disk said no: not a bug of ours
+        reason = exc.strerror or text
+        return Explanation("File not usable", f"{reason}: {exc.filename}\n\nPick a file or folder you can "
+                           "read and write (and check the disk is not full).", input_problem=True)
     if isinstance(exc, ValueError) and raised_by_our_code(exc):
-        return Explanation(INPUT_TITLE, text)
+        return Explanation(INPUT_TITLE, text, input_problem=True)
     where = f"\n\nThe full report is in the log file:\n{log_path}" if log_path else ""
     return Explanation("Unexpected error", f"{name}: {text}{where}\n\nThe app is still running.")
 

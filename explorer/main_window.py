@@ -6,7 +6,9 @@ model, once the first model is ready), so the window paints at once and only the
 panel in view does work. After every model swap the window updates its status bar and
 calls `on_model_changed()` on every panel already built.
 
-Services for panels (through `ctx.window`): `show_message`, `set_activity`, `report_error`.
+Services for panels (through their `PanelContext`, context.py): `show_message`, `set_activity`,
+`show_error_dialog`, `notify_model_changed`, `settings`. The contract the window calls on a panel
+is `PanelPage`'s (controllers/base.py): nothing is probed with hasattr.
 
 The window can exist before the session does (`session=None`): the app paints it first and
 creates the session in a worker (`start()`), because importing torch takes seconds.
@@ -22,13 +24,15 @@ from PySide6.QtWidgets import (QLabel, QMainWindow, QMessageBox, QProgressDialog
                                QVBoxLayout, QWidget)
 
 from . import theme
+from .context import PanelContext
 from .errors import explain, log_exception
 from .model_loading import ModelLoading
-from .registry import PANELS, PanelContext, PanelSpec
+from .registry import PANELS, PanelSpec
 from .status_bar import ModelStatusBar, UntrainedBanner
 from .workers import MODEL_TASK, TaskRunner
 
 if TYPE_CHECKING:
+    from .controllers.base import PanelPage
     from .session import Session
 
 log = logging.getLogger("explorer")
@@ -40,19 +44,19 @@ class _PanelSlot(QWidget):
     def __init__(self, spec: PanelSpec):
         super().__init__()
         self.spec = spec
-        self.panel: QWidget | None = None
+        self.panel: "PanelPage | None" = None
         self._stack = QStackedLayout(self)
         self._waiting = QLabel(f"{spec.title}: waiting for the model to load…")
         self._waiting.setObjectName("placeholderText")
         self._waiting.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self._stack.addWidget(self._waiting)
 
-    def build(self, ctx: PanelContext) -> QWidget:
+    def build(self, ctx: PanelContext) -> "PanelPage":
         if self.panel is None:
-            self.panel = self.spec.factory(ctx)
+            self.panel = self.spec.build(ctx)
             self._stack.addWidget(self.panel)
             self._stack.setCurrentWidget(self.panel)
-            if ctx.prompt and hasattr(self.panel, "set_prompt"):
+            if ctx.prompt:
                 self.panel.set_prompt(ctx.prompt)
         return self.panel
 
@@ -67,6 +71,7 @@ class MainWindow(ModelLoading, QMainWindow):
         self.settings = settings if settings is not None else QSettings("gpt-explorer", "gpt-explorer")
         self.log_path = log_path
         self.auto_download = True  # fetch GPT-2 small in the background when it is not cached
+        self.fall_back_on_failed_start = True  # a bad --model opens the default (not in screenshot mode)
         self.errors_shown: list[tuple[str, str]] = []  # (title, message) of every error reported
         self._error_box: QMessageBox | None = None
         self._progress: QProgressDialog | None = None
@@ -107,6 +112,7 @@ class MainWindow(ModelLoading, QMainWindow):
     def _build_status_bar(self) -> None:
         self.status_bar = ModelStatusBar()
         self.status_bar.cancelRequested.connect(lambda: self.runner.cancel(MODEL_TASK))
+        self.status_bar.resetAblationRequested.connect(self.reset_ablation)
         self.setStatusBar(self.status_bar)
         self.status_labels = self.status_bar.labels
         self.cancel_button = self.status_bar.cancel_button
@@ -149,7 +155,7 @@ class MainWindow(ModelLoading, QMainWindow):
                                              "F1", "about")
 
     # -- panels --------------------------------------------------------------------------------
-    def panel(self, name: str, create: bool = True) -> QWidget | None:
+    def panel(self, name: str, create: bool = True) -> "PanelPage | None":
         """The panel widget for `name` (built now if `create` and its needs are met)."""
         slot = self._slots[name]
         ready = self.session is not None and (self.session.has_model or not slot.spec.needs_model)
@@ -157,7 +163,7 @@ class MainWindow(ModelLoading, QMainWindow):
             slot.build(self.ctx)
         return slot.panel
 
-    def show_panel(self, name: str) -> QWidget | None:
+    def show_panel(self, name: str) -> "PanelPage | None":
         self.tabs.setCurrentWidget(self._slots[name])
         return self.panel(name)
 
@@ -169,7 +175,7 @@ class MainWindow(ModelLoading, QMainWindow):
 
     def new_model_from_config(self) -> None:
         page = self.show_panel("config")
-        if page is not None and hasattr(page, "focus_form"):
+        if page is not None:
             page.focus_form()
 
     # -- services for panels ------------------------------------------------------------------------
@@ -179,21 +185,26 @@ class MainWindow(ModelLoading, QMainWindow):
     def set_activity(self, text: str) -> None:
         self.status_bar.set_activity(text)
 
-    def report_error(self, title: str, exc_or_text) -> None:
-        """Error dialog (non-blocking) + log line; the window stays usable."""
+    def report_error(self, title: str, exc_or_text, after: str = "") -> None:
+        """The window's own failures (loading a model): log line + error dialog, always; `after`
+        says what the app did about it (e.g. which model is loaded now)."""
         log_exception(title, exc_or_text)
         expl = explain(exc_or_text, self.log_path)
         heading = expl.title if isinstance(exc_or_text, BaseException) else title
-        self.errors_shown.append((heading, expl.message))
-        self.show_message(f"{heading}: {expl.message.splitlines()[0]}", 10000)
+        self.show_error_dialog(heading, f"{expl.message}\n\n{after}" if after else expl.message)
+
+    def show_error_dialog(self, heading: str, message: str) -> None:
+        """Non-blocking; several errors in a row reuse one dialog showing the latest."""
+        self.errors_shown.append((heading, message))
+        self.show_message(f"{heading}: {message.splitlines()[0]}", 10000)
         box = self._error_box
         if box is None or not box.isVisible():
-            box = QMessageBox(QMessageBox.Icon.Warning, heading, expl.message, QMessageBox.StandardButton.Ok, self)
+            box = QMessageBox(QMessageBox.Icon.Warning, heading, message, QMessageBox.StandardButton.Ok, self)
             box.setWindowModality(Qt.WindowModality.NonModal)
             self._error_box = box
         else:  # several errors in a row: one dialog showing the latest, not a pile of them
             box.setWindowTitle(heading)
-            box.setText(expl.message)
+            box.setText(message)
         box.show()
 
     @property
@@ -205,6 +216,27 @@ class MainWindow(ModelLoading, QMainWindow):
         """Called after the session swapped its model (by a load here or a build in a panel)."""
         self._refresh_if_swapped()
 
+    def notify_ablation_changed(self) -> None:
+        """A panel changed the session's ablation (session.version moved): show it in the status
+        bar and tell every built panel its results are out of date (a setting they depend on;
+        the model itself is the same, so forms such as the config panel's keep their edits)."""
+        if self.session is None:
+            return
+        self._shown_version = self.session.version  # not a model swap: no on_model_changed round
+        self.status_bar.show_ablation(self.session.ablation.text())
+        for slot in self._slots.values():
+            if slot.panel is not None:
+                slot.panel.on_settings_changed()
+
+    def reset_ablation(self) -> None:
+        """The status bar's Reset: the model without ablation, for every panel."""
+        session = self.session
+        if session is None or not session.ablation.active:
+            return
+        self.runner.submit("ablation", lambda token, progress: session.clear_ablation(),
+                           on_result=lambda _state: self.notify_ablation_changed(),
+                           on_error=lambda exc: self.report_error("Reset ablation failed", exc))
+
     def _refresh_if_swapped(self) -> None:
         version = -1 if self.session is None else self.session.version
         if version == self._shown_version:
@@ -215,7 +247,7 @@ class MainWindow(ModelLoading, QMainWindow):
         if self.session is not None and self.session.has_model:
             self._ensure_current_built()
             for slot in self._slots.values():
-                if slot.panel is not None and hasattr(slot.panel, "on_model_changed"):
+                if slot.panel is not None:
                     slot.panel.on_model_changed()
             if not self._memory_timer.isActive() and self.isVisible():
                 self._memory_timer.start()
@@ -227,6 +259,7 @@ class MainWindow(ModelLoading, QMainWindow):
             return
         info, has_model = self.session.info, self.session.has_model
         self.status_bar.show_model(info, has_model)
+        self.status_bar.show_ablation(self.session.ablation.text())  # a swap clears it
         self._update_memory()
         self.banner.show_for(info, has_model)
         self.setWindowTitle(f"GPT Explorer — {info.name}" if has_model else "GPT Explorer")
@@ -288,7 +321,7 @@ class MainWindow(ModelLoading, QMainWindow):
         if self._error_box is not None:
             self._error_box.close()
         for slot in self._slots.values():
-            if slot.panel is not None and hasattr(slot.panel, "shutdown"):
+            if slot.panel is not None:
                 slot.panel.shutdown()
         self.runner.cancel_all()
         super().closeEvent(event)

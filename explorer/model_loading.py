@@ -8,13 +8,15 @@ dialog for loads that take longer than half a second, and failures as the error 
 
 `ModelLoading` is mixed into MainWindow, which provides `session`, `ctx`, `runner`,
 `settings`, `cancel_button`, `auto_download`, `_progress`, `show_message`,
-`set_activity`, `report_error`, `notify_model_changed` and `_refresh_if_swapped`.
+`set_activity`, `report_error`, `notify_model_changed`, `_refresh_if_swapped` and
+`fall_back_on_failed_start`.
 """
 from __future__ import annotations
 
 import os
 from typing import TYPE_CHECKING
 
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QFileDialog, QProgressDialog
 
 from .errors import log_exception
@@ -22,6 +24,10 @@ from .workers import MODEL_TASK, Cancelled
 
 if TYPE_CHECKING:
     from .session import Session
+
+def _cancelled(exc: BaseException) -> bool:
+    return isinstance(exc, Cancelled) or type(exc).__name__ == "LoadCancelled"
+
 
 CHECKPOINT_FILTER = "Checkpoints (*.safetensors *.pt *.pth *.bin *.ckpt);;All files (*)"
 
@@ -42,7 +48,7 @@ class ModelLoading:
         def attach(session) -> None:
             self.attach_session(session)  # the Config panel works from here on
             if source:
-                self.load_model(source)
+                self.load_model(source, fall_back_to_default=self.fall_back_on_failed_start)
             else:
                 self.load_default()
 
@@ -52,12 +58,27 @@ class ModelLoading:
         self.session = self.ctx.session = session
         self._refresh_if_swapped()
 
-    def load_model(self, source: str) -> None:
+    def load_model(self, source: str, fall_back_to_default: bool = False) -> None:
+        """Load `source`; if it fails and there is no model yet (a bad `--model` at start) and
+        `fall_back_to_default`, open the untrained default instead of leaving the window empty."""
         if self.session is None:
             self.show_message("Still starting; try again in a moment.", 3000)
             return
-        self._run_model_task(f"Loading {source}", lambda token, progress: self.session.load(
-            source, progress=progress, cancel=token))
+        title = f"Loading {source}"
+
+        def failed(exc: BaseException) -> None:
+            if _cancelled(exc):
+                return
+            if self.session.has_model:
+                self.report_error(title, exc, after=f"The current model ({self.session.info.name}) is still loaded.")
+            elif fall_back_to_default:
+                self.report_error(title, exc, after="Opening the built-in default model instead.")
+                QTimer.singleShot(0, self.load_default)  # after this task's own on_finished
+            else:
+                self.report_error(title, exc, after="No model is loaded: open one from the File menu.")
+
+        self._run_model_task(title, lambda token, progress: self.session.load(
+            source, progress=progress, cancel=token), on_error=failed)
 
     def load_default(self) -> None:
         """GPT-2 small from the cache, else the untrained stand-in at once and (when the hub is
@@ -94,7 +115,7 @@ class ModelLoading:
         self.cancel_button.show()
 
         def report(exc: BaseException) -> None:
-            if not isinstance(exc, Cancelled) and type(exc).__name__ != "LoadCancelled":
+            if not _cancelled(exc):
                 self.report_error(title, exc)
 
         def on_finished() -> None:

@@ -1,31 +1,27 @@
-"""How panels plug into the main window: one `PanelSpec` per tab, in tab order.
+"""The panels of the main window, one `PanelSpec` per tab, in tab order.
 
-A factory gets a `PanelContext` and returns a QWidget (the panel view composed with its
-controller). The widget MAY provide:
-- `dataReady` (a Signal) emitted once its first real data is drawn (screenshot mode waits for it);
-- `set_prompt(text)` (for `--prompt`);
-- `on_model_changed()` (called by the main window after every model swap; `session.version`
-  is already bumped).
-Factories import their modules lazily so that starting the app only loads the panel on show.
+How to add a panel (say "foo"):
+1. `explorer/panels/foo_panel.py` — the view: a QWidget with `set_*` methods taking plain values
+   and numpy arrays, emitting intent signals; no torch, no gptcore, no session.
+2. `explorer/controllers/foo.py` — `FooController(PanelController)` with `view_class = FooPanel`:
+   wires the view's signals to the session through `ctx.runner`, overrides the contract members it
+   needs (`invalidate`, `refresh`, `set_prompt`…; see controllers/base.py) and reports every error
+   through `self.report_error(exc, title)`.
+3. One line below: `PanelSpec("foo", "Foo", "Ctrl+6", "foo:FooController")`.
+(4. A `Session` method returning a frozen dataclass from explorer/results.py, if it computes something new.)
+The window, the View menu, `--panel foo` and screenshot mode pick it up from here.
+
+Controllers are imported when their tab is first shown, so starting the app loads no panel code.
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from PySide6.QtWidgets import QMainWindow, QWidget
-
-    from .session import Session
-    from .workers import TaskRunner
-
-
-@dataclass
-class PanelContext:
-    session: "Session"
-    runner: "TaskRunner"
-    window: "QMainWindow | None" = None  # None in panel unit tests: guard calls
-    prompt: str | None = None  # initial prompt from --prompt, if any
+    from .context import PanelContext
+    from .controllers.base import PanelPage
 
 
 @dataclass(frozen=True)
@@ -33,41 +29,25 @@ class PanelSpec:
     name: str  # used by --panel and QSettings
     title: str  # tab text
     shortcut: str  # View menu shortcut
-    factory: Callable[[PanelContext], "QWidget"]
+    controller: str  # "module:Class" inside explorer.controllers
     needs_model: bool = True  # False: can be shown before the first model is ready
 
+    def controller_class(self):
+        module, _, cls = self.controller.partition(":")
+        return getattr(importlib.import_module(f"explorer.controllers.{module}"), cls)
 
-# --- config ---
-def _config_factory(ctx: PanelContext):
-    from .controllers.config import ConfigPage
+    def build(self, ctx: "PanelContext") -> "PanelPage":
+        from .controllers.base import PanelPage
 
-    return ConfigPage(ctx)
-
-
-# --- attention ---
-def _attention_factory(ctx: PanelContext):
-    from .controllers.attention import AttentionView
-
-    return AttentionView(ctx)
-
-# --- residual ---
-def _residual_factory(ctx: PanelContext):
-    from .controllers.residual import ResidualView
-
-    return ResidualView(ctx)
-
-# --- generation ---
-def _generation_factory(ctx: PanelContext):
-    from .controllers.generation import GenerationPane
-
-    return GenerationPane(ctx)
+        return PanelPage(ctx, self.controller_class())
 
 
 PANELS: list[PanelSpec] = [
-    PanelSpec("config", "Config", "Ctrl+1", _config_factory, needs_model=False),
-    PanelSpec("attention", "Attention", "Ctrl+2", _attention_factory),
-    PanelSpec("residual", "Residual", "Ctrl+3", _residual_factory),
-    PanelSpec("generation", "Generation", "Ctrl+4", _generation_factory),
+    PanelSpec("config", "Config", "Ctrl+1", "config:ConfigController", needs_model=False),
+    PanelSpec("attention", "Attention", "Ctrl+2", "attention:AttentionController"),
+    PanelSpec("residual", "Residual", "Ctrl+3", "residual:ResidualController"),
+    PanelSpec("generation", "Generation", "Ctrl+4", "generation:GenerationController"),
+    PanelSpec("attribution", "Attribution", "Ctrl+5", "attribution:AttributionController"),
 ]
 
 

@@ -24,6 +24,13 @@ class ModelInfo:
     memory_bytes: int = 0
     tied: bool = True
     note: str = ""  # "" or why the model is what it is (e.g. the untrained label)
+    status: str = ""  # "trained" | "untrained" | "loaded" (weights of unknown provenance); "" = from `trained`
+    provenance: str = ""  # why the status is what it is
+    tokenizer: str = ""  # which tokenizer reads its text, and why
+
+    @property
+    def status_word(self) -> str:
+        return self.status or ("trained" if self.trained else "untrained")
 
     @property
     def loaded(self) -> bool:
@@ -110,9 +117,10 @@ class AttentionResult:
     total_tokens: int  # the user's tokens before cropping
     block_size: int
     bos_added: bool
-    thumbnails: np.ndarray  # (L, nh, t, t) float32, t = min(T, thumb size); rows sum to 1, causal
+    thumbnails: np.ndarray  # (L, nh, t, t) float32, t <= thumb size bins of 2^k tokens; rows sum to 1, causal
     bin_edges: np.ndarray  # (t + 1,) thumbnail bin b covers token positions [e[b], e[b+1])
-    full: dict  # layer -> (nh, T, T) float32 full-resolution patterns, for the requested layers
+    full: dict  # layer -> (nh, T, T) float32 full resolution: the requested layers, or every layer when
+    #             nothing was pooled (views of `thumbnails`); decided by gptcore (PatternFields)
     entropy: np.ndarray  # (L, nh) mean attention entropy (nats), queries 1..T-1
     prev_token: np.ndarray  # (L, nh) mean weight on the previous token
     first_token: np.ndarray  # (L, nh) mean weight on position 0
@@ -121,6 +129,8 @@ class AttentionResult:
     lens_tokens: tuple[tuple[str, ...], ...]  # (L, k) their texts
     version: int  # Session.version it was computed with
     forward_s: float  # seconds the capture forward took
+    reused_tokens: int = 0  # leading tokens served from the previous prompt's kept state
+    exact: bool = False  # the thumbnails are the full patterns (no pooling), as gptcore decided
 
     @property
     def n_layer(self) -> int:
@@ -134,21 +144,14 @@ class AttentionResult:
     def n_tokens(self) -> int:
         return len(self.token_ids)
 
-    @property
-    def exact(self) -> bool:
-        """True when the thumbnails are the full patterns (no pooling)."""
-        return self.thumbnails.shape[-1] == self.n_tokens
-
     def has_full(self, layer: int) -> bool:
-        return self.exact or layer in self.full
+        return layer in self.full
 
     def pattern(self, layer: int, head: int) -> np.ndarray:
         """(T, T) full-resolution pattern of one head, if captured (see has_full)."""
-        if layer in self.full:
-            return self.full[layer][head]
-        if self.exact:
-            return self.thumbnails[layer, head]
-        raise KeyError(f"layer {layer} was captured as thumbnails only")
+        if layer not in self.full:
+            raise KeyError(f"layer {layer} was captured as thumbnails only")
+        return self.full[layer][head]
 
 
 # --- attribution, ablation, patching (issue 14) ---

@@ -39,11 +39,16 @@ UNTRAINED_HOW_TO = (
 )
 
 
-def _model_info(model, *, name: str, trained: bool, source: str, note: str = "") -> ModelInfo:
+def _model_info(model, *, name: str, trained: bool | None, source: str, note: str = "", provenance: str = "",
+                tokenizer: str = "GPT-2 (offline BPE)") -> ModelInfo:
+    """`trained` None: weights of unknown provenance, shown as "loaded" (never guessed trained)."""
     unique = list(model.parameters())  # a tied head is one Parameter, listed once
     return ModelInfo(
         name=name,
-        trained=trained,
+        trained=bool(trained),
+        status={True: "trained", False: "untrained"}.get(trained, "loaded"),
+        provenance=provenance,
+        tokenizer=tokenizer,
         source=source,
         config=model.config.to_dict(),
         device=str(model.device),
@@ -68,6 +73,9 @@ class Session(InterpretabilityMixin):
         self.info = info or (NO_MODEL if model is None else _model_info(model, name="model", trained=False, source=""))
         self.version = 0 if model is None else 1
         self._tokenizer = None
+        self.prefix_reuse = True  # False: every attention() recomputes the whole prompt (benchmarks)
+        self._attention_state = None  # gptcore AttentionState of the last prompt
+        self._attention_state_version = -1
         self._init_interp()
 
     # -- basics --------------------------------------------------------------------------
@@ -114,7 +122,7 @@ class Session(InterpretabilityMixin):
                 f"whose vocabulary covers the GPT-2 tokenizer (50,257 ids)"
             )
 
-    def _swap(self, model, info: ModelInfo, cancel=None) -> ModelInfo:
+    def _swap(self, model, info: ModelInfo, cancel=None, tokenizer=None) -> ModelInfo:
         """Install `model` unless its request was cancelled (superseded by a newer load or
         build): checked under the lock, so a slow old request can never replace a newer model."""
         from gptcore.loading import LoadCancelled
@@ -129,7 +137,9 @@ class Session(InterpretabilityMixin):
                 self._detach_ablation()  # the ablation named the old model's heads
                 self._census = None
                 self.model, self.info, self._device = model, info, model.device
+                self._tokenizer = tokenizer  # None: GPT-2's, made on first use
                 self.version += 1
+                self._attention_state = None  # holds the old model and its keys/values
         finally:
             self.swap_pending.clear()
         del old
@@ -143,16 +153,25 @@ class Session(InterpretabilityMixin):
         from gptcore.loading import load
 
         dev = resolve_device(device if device is not None else self.device)
+        from gptcore.folder_tokenizer import IdTokenizer
+        from gptcore.loading import load_tokenizer
+
         model, load_info = load(str(source), device=str(dev), progress=progress, cancel=cancel)
         name = getattr(load_info, "name", None) or str(source)
-        info = _model_info(model, name=name, trained=True, source=str(getattr(load_info, "path", source) or source))
-        return self._swap(model, info, cancel)
+        tokenizer, reason = load_tokenizer(load_info)
+        if tokenizer is None:
+            tokenizer = IdTokenizer(model.config.vocab_size, reason)
+        info = _model_info(model, name=name, trained=load_info.trained, provenance=load_info.provenance,
+                           source=str(getattr(load_info, "path", source) or source),
+                           tokenizer=load_info.tokenizer.describe())
+        return self._swap(model, info, cancel, tokenizer=tokenizer)
 
     def build(self, config: dict, init_scheme: str = "gpt2", seed: int | None = None,
               progress: ProgressFn | None = None, *, name: str | None = None, note: str = "",
               device=None, cancel=None) -> ModelInfo:
         """A fresh, untrained model from a config dict; refused before allocating if it won't fit."""
-        from gptcore.init import INIT_SCHEMES, init_weights
+        from gptcore.init import INIT_SCHEMES, InitCancelled, init_weights
+        from gptcore.loading import LoadCancelled
         from gptcore.model import GPT
 
         cfg = config if isinstance(config, GPTConfig) else GPTConfig.from_dict(dict(config))
@@ -161,15 +180,23 @@ class Session(InterpretabilityMixin):
         dev = resolve_device(device if device is not None else self.device)
         self.check_fits(cfg, dev)
         report = progress or (lambda *_: None)
-        report(0, 3, "allocating weights")
+        steps = 1000  # 1% allocating, 98% drawing (by parameters, module by module), 1% swapping in
+        report(0, steps, "allocating weights")
         model = GPT.empty(cfg, device=dev)  # allocated, nothing drawn twice
-        report(1, 3, f"initialising ({init_scheme})")
-        init_weights(model, init_scheme, seed=seed)
-        report(2, 3, "ready")
+
+        def drawing(done: int, total: int, message: str) -> None:
+            report(10 + (980 * done) // max(total, 1), steps, message)
+
+        try:
+            init_weights(model, init_scheme, seed=seed, progress=drawing, cancel=cancel)
+        except InitCancelled:
+            raise LoadCancelled("build cancelled or superseded by a newer model request; the current model is "
+                                "unchanged") from None
+        report(990, steps, "ready")
         info = _model_info(model, name=name or f"custom ({cfg.n_layer}L × {cfg.n_embd}, {init_scheme} init)",
                            trained=False, source=f"built: {init_scheme} init, seed {seed}", note=note)
         self._swap(model, info, cancel)
-        report(3, 3, "done")
+        report(steps, steps, "done")
         return info
 
     def check_fits(self, cfg: GPTConfig, device: torch.device | None = None) -> None:
@@ -208,13 +235,16 @@ class Session(InterpretabilityMixin):
 
     # --- attention ---
     # A thin wrapper over gptcore.probes.attention: one forward with a bounded capture
-    # (thumbnails for every head, full resolution for `full_layers`), numpy out.
+    # (thumbnails for every head, full resolution for `full_layers`), numpy out. The last
+    # prompt's reusable parts (keys/values, pooled sums, per-row stats) are kept in an
+    # AttentionState, so a keystroke runs only the changed suffix; the state is dropped on a
+    # model swap (version), a settings change, or `clear_attention_cache()` (interventions).
     def attention(self, text: str, *, full_layers=(), thumb_size: int = 64, prepend_bos: bool = False,
                   lens_top_k: int = 5) -> AttentionResult:
         """Every layer's and head's attention for `text` (cropped from the left to block_size)."""
         import time
 
-        from gptcore.probes.attention import capture_attention
+        from gptcore.probes.attention import AttentionState
 
         if self.model is None:
             raise RuntimeError("no model is loaded yet; wait for loading to finish or open one from the File menu")
@@ -222,9 +252,19 @@ class Session(InterpretabilityMixin):
         with self.lock:
             model, version = self.model, self.version
             bos = self.tokenizer.eot_token if prepend_bos else None
+            if prepend_bos and bos is None:
+                raise ValueError("this model's tokenizer has no end-of-text token to prepend: untick "
+                                 "'prepend <|endoftext|>'")
+            settings = dict(full_layers=full_layers, thumb_size=thumb_size, lens_top_k=lens_top_k, bos=bos)
+            state = self._attention_state
+            if not self.prefix_reuse:  # a plain one-shot capture; the kept state stays as it is
+                state = AttentionState(model, **settings, keep=False)
+            elif state is None or self._attention_state_version != version or not state.matches(model, **settings):
+                state = self._attention_state = None  # let the old one go before allocating anew
+                state = AttentionState(model, **settings)
+                self._attention_state, self._attention_state_version = state, version
             started = time.perf_counter()
-            cap = capture_attention(model, ids, full_layers=full_layers, thumb_size=thumb_size,
-                                    lens_top_k=lens_top_k, bos=bos)
+            cap = state.capture(ids)
             elapsed = time.perf_counter() - started
         if cap.lens is not None:
             lens_ids = cap.lens.top_ids.numpy()
@@ -237,12 +277,22 @@ class Session(InterpretabilityMixin):
             tokens=tuple(self.token_strings(cap.token_ids)), cropped=cap.cropped, total_tokens=len(ids),
             block_size=model.config.block_size, bos_added=cap.bos_added,
             thumbnails=cap.thumbnails.numpy(), bin_edges=cap.bin_edges.numpy(),
-            full={layer: p.numpy() for layer, p in cap.full.items()},
+            full={layer: p.numpy() for layer, p in cap.full_patterns().items()}, exact=cap.exact,
             entropy=cap.entropy.numpy(), prev_token=cap.prev_token.numpy(), first_token=cap.first_token.numpy(),
             lens_ids=lens_ids, lens_probs=lens_probs,
             lens_tokens=tuple(tuple(self.token_strings(row)) for row in lens_ids),
-            version=version, forward_s=elapsed,
+            version=version, forward_s=elapsed, reused_tokens=cap.meta.get("reused_tokens", 0),
         )
+
+    def clear_attention_cache(self) -> None:
+        """Forget the kept attention state (call after anything that changes what the model computes)."""
+        with self.lock:
+            self._attention_state = None
+
+    def attention_cache_bytes(self) -> int:
+        """Memory the kept attention state holds on the model's device (0 when none)."""
+        state = self._attention_state
+        return state.nbytes() if state is not None else 0
 
 
     # --- residual ---
@@ -282,7 +332,7 @@ class Session(InterpretabilityMixin):
 
         with self.lock:
             model, info, version = self.model, self.info, self.version
-            if model is None or not info.trained:
+            if model is None or info.status_word == "untrained":
                 return None
             y = model_residual_norms(model, tokens=tokens, batch=batch, length=length, seed=seed, metric=metric)
         x, _labels = boundary_axis(model.config.n_layer)
@@ -314,6 +364,8 @@ class Session(InterpretabilityMixin):
         ids = self.encode(text)
         from_eot = not ids
         if from_eot:
+            if tok.eot_token is None:
+                raise ValueError("this model's tokenizer has no end-of-text token to start from: type a prompt")
             ids = [tok.eot_token]
         block = self.model.config.block_size
         cropped = max(0, len(ids) - block)

@@ -93,11 +93,14 @@ class InterpretabilityMixin:
 
     def _reference_ids(self, model) -> list[list[int]]:
         vocab, block = model.config.vocab_size, model.config.block_size
-        prompts = [self.encode(p)[-block:] for p in _sample_prompts()]
+        try:
+            prompts = [self.encode(p)[-block:] for p in _sample_prompts()]
+        except ValueError:  # a model without a tokenizer reads token ids, not the sample sentences
+            prompts = []
         prompts = [p for p in prompts if p and max(p) < vocab]
         if not prompts:
-            raise ValueError("mean ablation needs reference prompts this model can read; its vocabulary is too "
-                             "small for the sample prompts — use zero ablation")
+            raise ValueError("mean ablation averages over the sample prompts, which this model cannot read (its "
+                             "vocabulary or tokenizer does not cover them) — use zero ablation")
         return prompts
 
     def _require_model(self):

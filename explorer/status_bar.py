@@ -10,11 +10,48 @@ from __future__ import annotations
 import os
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QLabel, QStatusBar, QToolButton, QWidget
+from PySide6.QtGui import QPainter
+from PySide6.QtWidgets import QLabel, QSizePolicy, QStatusBar, QToolButton, QWidget
 
 from . import theme
 
 STATUS_KEYS = ("activity", "model", "trained", "device", "dtype", "params", "memory")
+ELIDED_KEYS = ("activity", "model", "memory")  # long texts that give way in a narrow window
+
+
+class ElidedLabel(QLabel):
+    """A one-line label that may shrink below its text: it then ends in '…' and the full
+    text is its tooltip. Why: the status bar's labels otherwise set the window's minimum width
+    (a 900-pixel window grew to 1,033 to fit them)."""
+
+    MIN_WIDTH = 48
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+        self._tip = ""
+
+    def setToolTip(self, tip: str) -> None:  # noqa: N802 - Qt override
+        self._tip = tip
+        super().setToolTip(tip)
+
+    def minimumSizeHint(self):  # noqa: N802 - Qt override
+        hint = super().minimumSizeHint()
+        hint.setWidth(min(hint.width(), self.MIN_WIDTH))
+        return hint
+
+    def is_elided(self) -> bool:
+        return self.fontMetrics().horizontalAdvance(self.text()) > self.contentsRect().width()
+
+    def paintEvent(self, event) -> None:  # noqa: N802 - Qt override
+        if not self.is_elided():
+            super().paintEvent(event)
+            return
+        painter = QPainter(self)
+        rect = self.contentsRect()
+        elided = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, rect.width())
+        painter.drawText(rect, int(Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft), elided)
+        super(QLabel, self).setToolTip(self.text() if not self._tip else f"{self.text()}\n{self._tip}")
 
 
 def rss_bytes() -> int:
@@ -31,12 +68,13 @@ class ModelStatusBar(QStatusBar):
     activity note, shown while a model task runs."""
 
     cancelRequested = Signal()
+    resetAblationRequested = Signal()  # the "Reset" link next to "3 heads ablated"
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.labels: dict[str, QLabel] = {}
         for key in STATUS_KEYS:
-            label = QLabel()
+            label = ElidedLabel() if key in ELIDED_KEYS else QLabel()
             label.setObjectName("trainedBadge" if key == "trained" else f"status_{key}")
             self.labels[key] = label
             self.addPermanentWidget(label)
@@ -47,6 +85,14 @@ class ModelStatusBar(QStatusBar):
                 self.cancel_button.clicked.connect(self.cancelRequested)
                 self.cancel_button.hide()
                 self.addPermanentWidget(self.cancel_button)
+        # The session's ablation (issue 14): every panel computes with it, so it is always in view.
+        self.ablation_label = QLabel()
+        self.ablation_label.setObjectName("status_ablation")
+        self.ablation_label.setStyleSheet("color: #dc2626; font-weight: 600;")
+        self.ablation_label.setTextFormat(Qt.TextFormat.RichText)
+        self.ablation_label.linkActivated.connect(lambda _link: self.resetAblationRequested.emit())
+        self.ablation_label.hide()
+        self.addPermanentWidget(self.ablation_label)
 
     def set_activity(self, text: str) -> None:
         self.labels["activity"].setText(text)
@@ -66,13 +112,27 @@ class ModelStatusBar(QStatusBar):
         if not has_model:
             labels["trained"].setText("")
         else:
-            labels["trained"].setText("trained" if info.trained else "UNTRAINED")
-        labels["trained"].setProperty("trained", "true" if info.trained else "false")
+            word = info.status_word
+            labels["trained"].setText("UNTRAINED" if word == "untrained" else word)
+            labels["trained"].setToolTip(info.provenance or {"trained": "published or trained weights",
+                                                             "untrained": "random weights",
+                                                             "loaded": "weights of unknown provenance"}[word])
+        labels["trained"].setProperty("trained", {"trained": "true", "untrained": "false"}.get(
+            info.status_word, "unknown"))
         theme.restyle(labels["trained"])
         labels["device"].setText(info.device if has_model else "")
         labels["dtype"].setText(info.dtype if has_model else "")
         labels["params"].setText(f"{format_count(info.n_params)} params" if info.n_params else "")
         labels["params"].setToolTip(f"{info.n_params:,} parameters ({'tied' if info.tied else 'untied'} head)")
+
+    def show_ablation(self, text: str) -> None:
+        """'3 heads ablated · Reset' (Reset a link), hidden when nothing is ablated."""
+        if not text:
+            self.ablation_label.hide()
+            return
+        self.ablation_label.setText(f"{text} · <a href='reset'>Reset</a>")
+        self.ablation_label.setToolTip("Every panel computes with these components knocked out; Reset restores the model")
+        self.ablation_label.show()
 
     def show_memory(self, info) -> None:
         """Weights of `info`, this process's resident memory, and GPU memory on CUDA."""
@@ -103,7 +163,7 @@ class UntrainedBanner(QLabel):
         self.hide()
 
     def show_for(self, info, has_model: bool) -> None:
-        if not (has_model and not info.trained):
+        if not (has_model and info.status_word == "untrained"):
             self.hide()
             return
         from .session import UNTRAINED_HOW_TO

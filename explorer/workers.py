@@ -1,29 +1,46 @@
-"""The one place that starts background work: a QThreadPool behind a keyed task runner.
+"""The one place that starts background work: a keyed task runner on ONE warm compute thread.
+
+Why one thread: every task of the app is torch work (captures, generation, sweeps, loads).
+On a few cores, torch's OpenMP team is fastest when the same thread keeps it: a pool that
+hands each task to whichever thread is free wakes a cold team per task (libgomp lets a
+team sleep once more threads than CPUs have run parallel regions), and two tasks at once
+fight over the cores and over the model's hook points. So tasks run one after another on a
+long-lived thread, and long tasks are cut into steps:
+- a task that reports progress (generation per token, the residual sweep per scheme and
+  seed, loading per file) yields at each `progress(...)` call: queued tasks of *other* keys
+  (a keystroke's capture, a slider's distribution) run right there, between two steps;
+- a task may also return a generator: each `next()` is one step, interactive work runs
+  between steps, and the generator's `return` value is the task's result.
+So a long task never holds typing up for more than one of its steps.
 
 Why keys and generation numbers: a panel that recomputes on every keystroke submits
 many tasks under one key ("attention"); only the newest may draw. Submitting under a key
 cancels the previous task's token and bumps the key's generation, and anything an older
 task reports (result, progress, error, finished) is dropped on arrival. So a slow result
-can never overwrite a newer one, without any locking in the panels.
+can never overwrite a newer one, without any locking in the panels. A superseded task that
+has not started yet is dropped without running.
 
 Why a cancel token and not thread termination: Python threads cannot be killed safely.
 Long work (generation, downloads) calls `token.raise_if_cancelled()` between steps;
-`Cancelled` ends the task quietly (it is not an error).
+`Cancelled` ends the task quietly (it is not an error). A task that ignores its token holds
+the compute thread (and so every later task) until it returns.
 
-All callbacks run on the GUI thread: the worker emits Qt signals on the runner, which
-lives in the GUI thread, so Qt queues them across.
+All callbacks run on the GUI thread: the compute thread emits Qt signals on the runner,
+which lives in the GUI thread, so Qt queues them across.
 """
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import threading
+import types
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import shiboken6
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
+from PySide6.QtCore import QObject, Signal, Slot
 
 log = logging.getLogger("explorer.workers")
 
@@ -79,52 +96,148 @@ class _Task:
     on_error: Callable[[BaseException], None] | None
     on_progress: Callable[[int, int, str], None] | None
     on_finished: Callable[[], None] | None
+    fn: Callable | None = None
     started: bool = False
 
 
-class _Runnable(QRunnable):
-    """Runs fn on a pool thread and reports through the runner's signals (queued to the GUI)."""
+class _ComputeThread:
+    """The long-lived thread that runs every task (see the module docstring).
 
-    def __init__(self, runner: "TaskRunner", task: _Task, fn):
-        super().__init__()
-        self.setAutoDelete(True)
-        self._runner, self._task, self._fn = runner, task, fn
+    It holds the runner weakly: when the runner is deleted, the thread ends at its next
+    idle check, and a task finishing after that has nobody to tell."""
 
-    def run(self) -> None:
-        runner, task = self._runner, self._task
+    IDLE_CHECK_S = 1.0
+
+    def __init__(self, runner: "TaskRunner"):
+        self._runner = weakref.ref(runner)
+        self._cond = threading.Condition()
+        self._queue: collections.deque[_Task] = collections.deque()
+        self._running: list[_Task] = []  # the task stack: outermost first, nested ones after
+        self._stopped = False
+        self._thread = threading.Thread(target=self._loop, name="explorer-compute", daemon=True)
+        self._thread.start()
+
+    # -- GUI side -------------------------------------------------------------------------
+    def put(self, task: _Task) -> None:
+        with self._cond:
+            self._queue.append(task)
+            self._cond.notify()
+
+    def drop_queued(self) -> list[_Task]:
+        with self._cond:
+            dropped = list(self._queue)
+            self._queue.clear()
+            return dropped
+
+    def drop_queued_of(self, key: str) -> list[_Task]:
+        """Take the key's not-yet-started tasks off the queue (superseded: they would only return)."""
+        with self._cond:
+            dropped = [t for t in self._queue if t.key == key]
+            for task in dropped:
+                self._queue.remove(task)
+            return dropped
+
+    def running_count(self) -> int:
+        with self._cond:
+            return len(self._running)
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._running and not self._queue, timeout_s)
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    # -- the compute thread ---------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._stopped:
+                    if not self._cond.wait(self.IDLE_CHECK_S) and self._runner_gone():
+                        self._stopped = True
+                if self._stopped:
+                    return
+                task = self._queue.popleft()
+            self._run(task)
+
+    def _runner_gone(self) -> bool:
+        runner = self._runner()
+        return runner is None or not shiboken6.isValid(runner)
+
+    def _take_interactive(self) -> _Task | None:
+        """The oldest queued task whose key is not running already (never nest a key in itself)."""
+        with self._cond:
+            busy = {t.key for t in self._running}
+            for task in self._queue:
+                if task.key not in busy:
+                    self._queue.remove(task)
+                    return task
+        return None
+
+    def serve_between_steps(self) -> None:
+        """Run what is waiting, nested inside the running task's step boundary. Only on the
+        compute thread itself: a library may report progress from helper threads (parallel
+        downloads), and work run there would leave the one thread and could overlap."""
+        if threading.get_ident() != self._thread.ident:
+            return
+        while (task := self._take_interactive()) is not None:
+            self._run(task)
+
+    def _emit(self, signal_name: str, *args) -> None:
+        # The runner may be gone if the app quit without waiting (a task that ignored its
+        # token): there is no one left to tell, so say nothing rather than raise here.
+        runner = self._runner()
+        if runner is not None and shiboken6.isValid(runner):
+            try:
+                getattr(runner, signal_name).emit(*args)
+            except RuntimeError:
+                pass
+
+    def _run(self, task: _Task) -> None:
         tid = task.task_id
         task.started = True
-
-        def emit(signal_name: str, *args) -> None:
-            # The runner may be gone if the app quit without waiting (a task that ignored its
-            # token): there is no one left to tell, so say nothing rather than raise here.
-            if shiboken6.isValid(runner):
-                try:
-                    getattr(runner, signal_name).emit(*args)
-                except RuntimeError:
-                    pass
+        with self._cond:
+            self._running.append(task)
 
         def progress(done: int, total: int, message: str = "") -> None:
-            emit("_progressed", tid, int(done), int(total), str(message))
+            self._emit("_progressed", tid, int(done), int(total), str(message))
+            self.serve_between_steps()
 
+        fn, task.fn = task.fn, None  # let go of the closure once run (it may hold big results)
+        value = None
         try:
             task.token.raise_if_cancelled()
-            value = self._fn(task.token, progress)
+            value = fn(task.token, progress)
+            if isinstance(value, types.GeneratorType):
+                value = self._step_through(value, task.token)
         except Cancelled:
             pass
-        except BaseException as exc:  # noqa: BLE001 - every failure must reach the GUI, never kill the pool
+        except BaseException as exc:  # noqa: BLE001 - every failure must reach the GUI, never kill the thread
             if task.token.cancelled and _is_cancellation(exc):
                 pass  # a library's own "cancelled" exception after our token was set
             else:
-                emit("_errored", tid, exc)
+                self._emit("_errored", tid, exc)
         else:
-            emit("_resulted", tid, value)
-        emit("_finished", tid)
-        # Let go of the task's closures now: the Python wrapper of an auto-deleted runnable can
-        # outlive its run (PySide may keep it until the pool thread is reused or expires), and
-        # with it whatever the task captured (a generation run, a captured result).
-        self._runner = self._task = self._fn = None
+            self._emit("_resulted", tid, value)
         value = None
+        with self._cond:
+            self._running.remove(task)
+            self._cond.notify_all()
+        self._emit("_finished", tid)
+
+    def _step_through(self, steps: types.GeneratorType, token: CancelToken):
+        """A generator task: one `next()` per step, waiting work served between steps."""
+        try:
+            while True:
+                token.raise_if_cancelled()
+                next(steps)
+                self.serve_between_steps()
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            steps.close()
 
 
 class TaskRunner(QObject):
@@ -146,10 +259,10 @@ class TaskRunner(QObject):
     _errored = Signal(int, object)
     _finished = Signal(int)
 
-    def __init__(self, parent: QObject | None = None, max_threads: int = 4):
+    def __init__(self, parent: QObject | None = None, max_threads: int = 1):
+        """`max_threads` is kept for callers of the pool version; all work runs on one thread."""
         super().__init__(parent)
-        self._pool = QThreadPool(self)
-        self._pool.setMaxThreadCount(max_threads)
+        self._compute: _ComputeThread | None = None  # started by the first submit
         self._ids = itertools.count(1)
         self._tasks: dict[int, _Task] = {}  # submitted and not yet finished
         self._generation: dict[str, int] = {}
@@ -166,13 +279,20 @@ class TaskRunner(QObject):
         self._cancel_tokens(key)
         generation = self._generation.get(key, 0) + 1
         self._generation[key] = generation
-        task = _Task(next(self._ids), key, generation, CancelToken(), on_result, on_error, on_progress, on_finished)
+        task = _Task(next(self._ids), key, generation, CancelToken(), on_result, on_error, on_progress, on_finished,
+                     fn=fn)
         was_busy = bool(self._tasks)
         self._tasks[task.task_id] = task
         self._latest[key] = task.task_id
-        self._pool.start(_Runnable(self, task, fn))
+        if self._compute is None:
+            self._compute = _ComputeThread(self)
+            self.destroyed.connect(self._compute.stop)
+        superseded = self._compute.drop_queued_of(key)
+        self._compute.put(task)
         if not was_busy:
             self.busyChanged.emit(True)
+        for old in superseded:  # never started: finish them now (their on_finished is dropped as stale)
+            self._on_finished(old.task_id)
         return generation
 
     def cancel(self, key: str) -> None:
@@ -199,7 +319,7 @@ class TaskRunner(QObject):
         """
         self.cancel_all()
         self._drop_queued()
-        done = self._pool.waitForDone(timeout_ms)
+        done = self._compute is None or self._compute.wait_idle(timeout_ms / 1000)
         if not done:
             log.warning("background work still running after %d ms: %s", timeout_ms,
                         ", ".join(sorted({t.key for t in self._tasks.values()})))
@@ -207,13 +327,13 @@ class TaskRunner(QObject):
 
     def _drop_queued(self) -> None:
         """Take tasks that never started off the queue: cancelled, they would only return."""
-        self._pool.clear()
-        for task_id in [t.task_id for t in self._tasks.values() if not t.started]:
-            self._on_finished(task_id)
+        if self._compute is not None:
+            for task in self._compute.drop_queued():
+                self._on_finished(task.task_id)
 
     def active_count(self) -> int:
-        """Threads of this runner's pool running a task right now."""
-        return self._pool.activeThreadCount()
+        """Tasks running right now (a nested interactive task counts next to its host)."""
+        return self._compute.running_count() if self._compute is not None else 0
 
     # -- delivery (GUI thread) -----------------------------------------------------------
     def _cancel_tokens(self, key: str) -> None:

@@ -22,6 +22,8 @@ _LAZY = {
     "load": "loading",
     "LoadError": "loading",
     "LoadInfo": "loading",
+    "load_tokenizer": "loading",
+    "preset_name": "config",
     "default_device": "loading",
     "from_hf_state_dict": "convert",
     "generate": "generation",

@@ -5,10 +5,13 @@ import argparse
 import codecs
 import sys
 
-from .config import PRESETS, ConfigError, GPTConfig
-from .params import breakdown_table, count_parameters, format_bytes, format_count
+from .config import MLPS, NORMS, POS_EMBEDDINGS, PRESETS, ConfigError, GPTConfig, describe_parts
+from .params import breakdown_table, count_parameters, format_bytes, format_count, modern_differences
 
 CONFIG_FLAGS = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "mlp_ratio")
+# The modern parts: (flag type, choices); printed only when one differs from GPT-2's.
+MODERN_FLAGS = {"pos_embedding": (str, POS_EMBEDDINGS), "rope_theta": (float, None), "norm": (str, NORMS),
+                "mlp": (str, MLPS), "mlp_hidden": (int, None), "n_kv_head": (int, None)}
 
 
 def _add_count(sub) -> None:
@@ -19,11 +22,22 @@ def _add_count(sub) -> None:
     for name in CONFIG_FLAGS:
         kind = float if name == "mlp_ratio" else int
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, help=f"override {name}")
+    for name, (kind, choices) in MODERN_FLAGS.items():
+        p.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, choices=choices,
+                       help=f"{name} (GPT-2: {getattr(GPTConfig(), name)})")
     p.set_defaults(func=cmd_count)
 
 
+def _modern_lines(cfg: GPTConfig) -> list[str]:
+    """The parts and what each modern one changes in the count; nothing for a GPT-2 config."""
+    differences = modern_differences(cfg)
+    if not differences:
+        return []
+    return [f"parts: {describe_parts(cfg)}", *(f"  {line}" for line in differences)]
+
+
 def cmd_count(args) -> int:
-    overrides = {k: getattr(args, k) for k in CONFIG_FLAGS if getattr(args, k) is not None}
+    overrides = {k: getattr(args, k) for k in (*CONFIG_FLAGS, *MODERN_FLAGS) if getattr(args, k) is not None}
     if args.untied:
         overrides["tie_weights"] = False
     if args.no_bias:
@@ -31,7 +45,11 @@ def cmd_count(args) -> int:
     cfg = GPTConfig.preset(args.preset, **overrides)
     count = count_parameters(cfg)
     shape = ", ".join(f"{k}={getattr(cfg, k)}" for k in CONFIG_FLAGS)
-    print(f"config: {shape}, bias={cfg.bias}, tie_weights={cfg.tie_weights}\n")
+    modern = ", ".join(f"{k}={getattr(cfg, k)}" for k in MODERN_FLAGS if getattr(cfg, k) != getattr(GPTConfig(), k))
+    print(f"config: {shape}, bias={cfg.bias}, tie_weights={cfg.tie_weights}{', ' + modern if modern else ''}")
+    for line in _modern_lines(cfg):
+        print(line)
+    print()
     print(breakdown_table(count))
     print()
     print(f"tied total    {count.tied_total:>16,}  ({format_count(count.tied_total)})")
@@ -45,7 +63,8 @@ def cmd_count(args) -> int:
 
 def _add_info(sub) -> None:
     p = sub.add_parser("info", help="load a checkpoint and describe it")
-    p.add_argument("source", help="hub id (gpt2, gpt2-medium, …), HF folder, .safetensors file or nanoGPT ckpt.pt")
+    p.add_argument("source", help="hub id (gpt2, gpt2-medium, …), HF folder (GPT-2, Llama, Qwen2), .safetensors "
+                                  "file or nanoGPT ckpt.pt")
     p.add_argument("--device", default=None, help="cpu, cuda, mps (default: best available)")
     p.add_argument("--dtype", default=None, help="fp32 (default), bf16 or fp16")
     p.add_argument("--n-head", type=int, default=None, help="head count for a lone .safetensors file")
@@ -60,6 +79,8 @@ def cmd_info(args) -> int:
         print(f"{key:<14}{value}")
     print()
     print(breakdown_table(count_parameters(info.config)))
+    for line in _modern_lines(info.config):
+        print(line)
     return 0
 
 

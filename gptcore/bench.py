@@ -14,10 +14,11 @@ One run, the same random GPT-2-small weights and the same prompts on both sides:
 - recount: `count_parameters` on gpt2-xl (config built and validated too), in ms,
   next to HF's way of counting (build on the meta device, sum numel). Target <= 5 ms.
 - patch_heads: activation patching of every head (GPT-2 small: 144) on a 15-token prompt,
-  our batched `patch_heads` vs the naive loop (one hooked forward per head, the same hook
-  points, logits of the last position only), the maps compared. Target ratio <= 0.3 and
-  patch_heads_s <= 5 s. `--tl-python PATH` also runs `gptcore.tl_check` (DLA and patching
-  against TransformerLens 4.x) in that interpreter, e.g. a venv with transformer-lens.
+  batched `patch_heads` vs one hooked forward per head; see bench_patching.py. Target ratio
+  <= 0.3 and patch_heads_s <= 5 s. `--tl-python PATH` also runs `gptcore.tl_check` (DLA,
+  patching and census against TransformerLens 4.x) in that interpreter.
+- smollm2_load, smollm2_decode: the same load and decode comparisons on a SmolLM2-135M-shaped
+  Llama (rotary, RMSNorm, SwiGLU, grouped-query); see bench_smollm2.py.
 
 Each figure is the median of several runs after a warm-up, our runs and HF's
 interleaved so that other load on the machine falls on both sides alike. `--quick` uses a tiny model so
@@ -36,14 +37,16 @@ from typing import Callable
 
 import torch
 
+from . import bench_patching, bench_smollm2
+from .bench_patching import TARGETS as PATCHING_TARGETS
+from .bench_smollm2 import TARGETS as SMOLLM2_TARGETS
 from .config import GPTConfig
 from .params import count_parameters
 
 GPT2_SMALL = dict(vocab_size=50257, n_positions=1024, n_layer=12, n_head=12, n_embd=768)
 TINY = dict(vocab_size=1000, n_positions=128, n_layer=2, n_head=4, n_embd=64)
 TARGETS = {"forward_capture": ("<=", 0.6), "decode": (">=", 1.0), "load": ("<=", 1.0), "recount": ("<=", 5.0),
-           "patch_heads": ("<=", 0.3)}
-PATCH_HEADS_S_TARGET = 5.0
+           **PATCHING_TARGETS, **SMOLLM2_TARGETS}
 
 
 @dataclass(frozen=True)
@@ -209,68 +212,6 @@ def bench_recount(plan: Plan) -> dict:
                 recount_total_ours=run_ours(), recount_total_ref=run_ref())
 
 
-def naive_patch_heads(model, clean: torch.Tensor, corrupt: torch.Tensor, target: int, contrast: int) -> torch.Tensor:
-    """What one writes first: for each head, a full hooked forward of the corrupted prompt
-    with that head's `hook_z` taken from the clean run. (n_layer, n_head) patched LD."""
-    cfg = model.config
-    with torch.inference_mode():
-        _, cache = model.run_with_cache(clean, names_filter=lambda n: n.endswith("attn.hook_z"), logits=None)
-        out = torch.empty(cfg.n_layer, cfg.n_head)
-        for layer in range(cfg.n_layer):
-            name = f"blocks.{layer}.attn.hook_z"
-            for head in range(cfg.n_head):
-                def patch(z, hook, head=head, clean_z=cache[name]):
-                    z = z.clone()
-                    z[:, :, head] = clean_z[:, :, head]
-                    return z
-
-                with model.hooks([(name, patch)]):
-                    last = model(corrupt, logits="last")[0, -1]  # (vocab,)
-                out[layer, head] = last[target] - last[contrast]
-    return out
-
-
-def bench_patch_heads(ours, plan: Plan, device) -> dict:
-    from .patching import patch_heads
-
-    g = torch.Generator().manual_seed(2)
-    V = plan.shape["vocab_size"]
-    clean = torch.randint(0, V, (1, plan.patch_tokens), generator=g).to(device)  # (1, T)
-    corrupt = clean.clone()
-    corrupt[0, plan.patch_tokens // 3] = (clean[0, plan.patch_tokens // 3] + 1) % V  # one token changed
-    target, contrast = 11, 12
-    got = {}
-
-    def run_ours():
-        got["ours"] = patch_heads(ours, clean, corrupt, target, contrast).patched_ld
-
-    def run_ref():
-        got["ref"] = naive_patch_heads(ours, clean, corrupt, target, contrast)
-
-    run_ours()  # warm-up of the cheap side only; the naive side is long enough to warm itself
-    ours_s, ref_s, ours_all, ref_all = timed_pair(run_ours, run_ref, plan.patch_runs, device, warmup=0)
-    return dict(patch_heads_s=ours_s, patch_heads_s_naive=ref_s, patch_heads_ratio=ours_s / ref_s,
-                patch_heads_tokens=plan.patch_tokens, patch_heads_cells=int(got["ours"].numel()),
-                patch_heads_max_abs_diff=float((got["ours"] - got["ref"]).abs().max()),
-                patch_heads_samples_s=ours_all, patch_heads_samples_s_naive=ref_all)
-
-
-def run_tl_check(python: str, quick: bool) -> dict:
-    """`python -m gptcore.tl_check --json` in another interpreter (one with transformer-lens),
-    with this checkout's gptcore first on its path."""
-    import os
-    import subprocess
-    from pathlib import Path
-
-    root = str(Path(__file__).resolve().parent.parent)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    cmd = [python, "-m", "gptcore.tl_check", "--json"] + (["--quick"] if quick else [])
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        return dict(tl_check_error=(done.stderr or done.stdout).strip().splitlines()[-1:])
-    return {f"tl_{k}": v for k, v in json.loads(done.stdout).items()}
-
-
 def run_bench(quick: bool = False, device: torch.device | None = None, progress=None, tl_python: str | None = None) -> dict:
     """All four measurements -> one flat dict of figures (what --json prints)."""
     import transformers
@@ -292,7 +233,8 @@ def run_bench(quick: bool = False, device: torch.device | None = None, progress=
     say("forward_capture")
     result.update(bench_forward_capture(hf, ours, ids, plan, device))
     say("patch_heads (the naive loop takes a while)")
-    result.update(bench_patch_heads(ours, plan, device))
+    result.update(bench_patching.bench_patch_heads(ours, plan.shape, plan.patch_tokens, plan.patch_runs, device,
+                                                   timed_pair))
     say("decode")
     result.update(bench_decode(hf, ours, ids[:, :plan.prompt_tokens], plan, device))
     del ours
@@ -301,9 +243,10 @@ def run_bench(quick: bool = False, device: torch.device | None = None, progress=
     del hf
     say("recount")
     result.update(bench_recount(plan))
+    result.update(bench_smollm2.bench_smollm2(quick, device, timed_pair, say))
     if tl_python:
         say("TransformerLens check")
-        result.update(run_tl_check(tl_python, quick))
+        result.update(bench_patching.run_tl_check(tl_python, quick))
     return result
 
 
@@ -321,6 +264,8 @@ def format_table(r: dict) -> str:
         ("load", f"{r['load_s_ours']:.3f} s", f"{r['load_s_ref']:.3f} s", r["load_ratio"], r["load_ratio"]),
         ("recount", f"{r['recount_ms']:.3f} ms", f"{r['recount_ms_ref']:.1f} ms", r["recount_ratio"], r["recount_ms"]),
     ]
+    if "smollm2_load_ratio" in r:
+        rows += bench_smollm2.table_rows(r)
     shape = r["shape"]
     lines = [
         f"{'tiny model (--quick: timings mean nothing)' if r['quick'] else 'GPT-2 small shape'}: "
@@ -331,8 +276,7 @@ def format_table(r: dict) -> str:
         f"{'name':<16}{'ours':>14}{'reference':>14}{'ratio':>9}   target",
     ]
     if "patch_heads_s" in r:
-        rows.append(("patch_heads", f"{r['patch_heads_s']:.2f} s", f"{r['patch_heads_s_naive']:.2f} s",
-                     r["patch_heads_ratio"], r["patch_heads_ratio"]))
+        rows += bench_patching.table_rows(r)
     for name, ours, ref, ratio, judged in rows:
         op, target = TARGETS[name]
         unit = " ms" if name == "recount" else ""
@@ -347,14 +291,9 @@ def format_table(r: dict) -> str:
         f"recount: reference = build GPT2LMHeadModel(gpt2-xl) on the meta device and sum numel; "
         f"totals {r['recount_total_ours']:,} vs {r['recount_total_ref']:,}",
     ]
-    if "patch_heads_s" in r:
-        verdict = "met" if r["patch_heads_s"] <= PATCH_HEADS_S_TARGET else "MISSED"
-        lines.append(f"patch_heads: {r['patch_heads_cells']} heads, {r['patch_heads_tokens']} tokens; reference = one "
-                     f"hooked forward per head; maps agree to {r['patch_heads_max_abs_diff']:.1e}; "
-                     f"{r['patch_heads_s']:.2f} s vs target <= {PATCH_HEADS_S_TARGET:g} s  {verdict}")
-    tl = {k: v for k, v in r.items() if k.startswith("tl_")}
-    if tl:
-        lines.append("TransformerLens check: " + ", ".join(f"{k[3:]}={v}" for k, v in tl.items()))
+    lines += bench_patching.table_notes(r)
+    if "smollm2_load_ratio" in r:
+        lines += bench_smollm2.table_notes(r)
     return "\n".join(lines)
 
 

@@ -36,11 +36,77 @@ _SAFETENSORS_BITS = {
 # The safetensors library refuses headers above 100 MB; so do we, before reading one.
 MAX_SAFETENSORS_HEADER = 100_000_000
 _ZIP_MAGIC = b"PK\x03\x04"
-
+_PICKLE_PROTO = b"\x80"  # pickle protocol 2+ opens with PROTO; torch.save's legacy format is such a pickle
+_LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+_SNIFF_BYTES = 1024
 
 
 def corrupt(path: Path, detail: str, fix: str = "re-download or re-save it") -> LoadError:
     return LoadError(f"corrupt file {path}: {detail}; {fix}")
+
+
+# -- what a file is, from its first bytes ----------------------------------------------------
+
+def sniff(path: Path) -> str:
+    """What the file's first bytes say it is: "empty", "zip" (torch.save's format since 1.6),
+    "pickle" (torch.save's legacy format, or any pickle), "safetensors" (a little-endian u64
+    header length, then a JSON object), "text" (UTF-8 without NUL bytes) or "unknown".
+
+    Why: the suffix people give a file says little (a `ckpt.pt` that is a Git LFS pointer or an
+    HTML error page is common), and each reader's own failure on a foreign file describes the
+    wrong thing (a text file read as safetensors "claims" a header of 10^18 bytes)."""
+    with open(path, "rb") as f:
+        head = f.read(_SNIFF_BYTES)
+    if not head:
+        return "empty"
+    if _is_text(head):  # first: safetensors' length field holds NUL bytes, text never does
+        return "text"
+    # Before the archive magics: a header length such as 640 is the bytes 80 02 00…, a pickle's opening.
+    if len(head) > 8 and head[7] == 0 and head[8:9] == b"{":
+        return "safetensors"
+    if head.startswith(_ZIP_MAGIC):
+        return "zip"
+    if head.startswith(_PICKLE_PROTO):
+        return "pickle"
+    return "unknown"
+
+
+def _is_text(head: bytes) -> bool:
+    if b"\0" in head:
+        return False
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:  # a multi-byte character cut by the read is still text
+        return exc.start >= len(head) - 3 and exc.reason == "unexpected end of data"
+    return True
+
+
+def not_what_was_expected(path: Path, kind: str, expected: str) -> LoadError:
+    """A LoadError naming what `path` really is (from `sniff`) instead of the reader's symptom."""
+    if kind == "text":
+        with open(path, "rb") as f:
+            head = f.read(_SNIFF_BYTES)
+        if head.startswith(_LFS_POINTER):
+            return LoadError(f"{path} is not {expected} but a Git LFS pointer (a small text file standing in for "
+                             f"the real weights); run `git lfs pull` in its repository, or download the file itself")
+        first = head.decode("utf-8", errors="replace").strip().splitlines()[0][:80] if head.strip() else ""
+        html = head.lstrip()[:15].lower().startswith((b"<!doctype", b"<html"))
+        what = "an HTML page (a failed download?)" if html else "text"
+        if "PyTorch" in expected:
+            what += ", not a zip or pickle archive"
+        return LoadError(f"{path} is not {expected} (it is {what}; it begins "
+                         f"{first!r}). Point at the weights themselves: a folder with config.json + "
+                         f"model.safetensors, a .safetensors file, a nanoGPT ckpt.pt or a torch.save'd model.pth")
+    if kind == "safetensors":
+        return LoadError(f"{path} is not {expected} but a safetensors file; rename it to end in .safetensors, "
+                         f"or load the file itself")
+    archive = "zip archive (what torch.save writes)" if kind == "zip" else "pickle (a torch.save file or other)"
+    return LoadError(f"{path} is not {expected} but a {archive}; rename it to end in .pt or .pth")
+
+
+def _first_bytes(path: Path, n: int = 8) -> str:
+    with open(path, "rb") as f:
+        return "it begins with bytes " + f.read(n).hex(" ")
 
 
 # -- safetensors ----------------------------------------------------------------------------
@@ -118,6 +184,9 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    kind = sniff(path)
+    if kind in ("text", "zip", "pickle"):
+        raise not_what_was_expected(path, kind, "a safetensors file")
     check_safetensors_header(path)
     try:
         return load_file(str(path), device="cpu")
@@ -135,8 +204,10 @@ def read_torch(path: Path) -> Any:
     size = path.stat().st_size
     if size == 0:
         raise corrupt(path, "the file is empty (0 bytes)")
-    with open(path, "rb") as f:
-        is_zip = f.read(4) == _ZIP_MAGIC
+    kind = sniff(path)
+    if kind in ("text", "safetensors"):
+        raise not_what_was_expected(path, kind, "a PyTorch checkpoint")
+    is_zip = kind == "zip"
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=is_zip)
     except pickle.UnpicklingError as exc:
@@ -147,7 +218,10 @@ def read_torch(path: Path) -> Any:
     except (KeyboardInterrupt, MemoryError):
         raise
     except Exception as exc:  # truncated zip, EOF, random bytes: torch raises many kinds
-        raise corrupt(path, f"torch.load failed: {exc.__class__.__name__}: {_first_line(exc) or 'unexpected end of file'}") from None
+        detail = f"torch.load failed: {exc.__class__.__name__}: {_first_line(exc) or 'unexpected end of file'}"
+        if kind == "unknown":
+            detail += f" (it is not a zip or pickle archive, the two forms torch.save writes; {_first_bytes(path)})"
+        raise corrupt(path, detail) from None
 
 
 def _refusal(path: Path, name: str) -> LoadError:

@@ -18,6 +18,11 @@ MAX_EMBD = 65_536
 MAX_MLP_RATIO = 64
 
 LN_PLACEMENTS = ("pre", "post")
+# The parts a model since 2024 swaps into the GPT-2 skeleton; the first of each is GPT-2's.
+POS_EMBEDDINGS = ("learned", "sinusoidal", "rope")
+NORMS = ("layernorm", "rmsnorm")
+MLPS = ("gelu", "swiglu")
+MAX_ROPE_THETA = 1e9
 GPT2_VOCAB = 50257  # ids of the GPT-2 tokenizer; a larger model vocab is padding (nanoGPT: 50304)
 
 
@@ -55,6 +60,14 @@ class GPTConfig:
     `qkv_bias=None` follows `bias`; some textbooks build GPT-2 with every bias on except
     the query/key/value projection, so it can be set on its own. `ln_placement` and
     `residual` exist for teaching (the residual panel): GPT-2 is pre-LN with residuals.
+
+    The modern parts (Llama, Qwen2, SmolLM2 keep GPT-2's skeleton and swap these):
+    `pos_embedding` "learned" (GPT-2's table), "sinusoidal" (the original Transformer's fixed
+    sin/cos, added like the table) or "rope" (rotary: queries and keys are rotated by position,
+    `rope_theta` sets the base of its frequencies); `norm` "layernorm" or "rmsnorm" (weight only,
+    never a bias); `mlp` "gelu" or "swiglu" (a third matrix, the gate, as in Llama) with
+    `mlp_hidden` overriding `mlp_ratio × n_embd`; `n_kv_head` key/value heads shared by groups of
+    query heads (grouped-query attention; None = n_head, ordinary multi-head attention).
     """
 
     vocab_size: int = GPT2_VOCAB
@@ -70,6 +83,12 @@ class GPTConfig:
     ln_placement: str = "pre"
     residual: bool = True
     layer_norm_eps: float = 1e-5
+    pos_embedding: str = "learned"
+    rope_theta: float = 10000.0
+    norm: str = "layernorm"
+    mlp: str = "gelu"
+    mlp_hidden: int | None = None
+    n_kv_head: int | None = None
 
     def __post_init__(self):
         self.validate()
@@ -81,7 +100,19 @@ class GPTConfig:
 
     @property
     def d_mlp(self) -> int:
+        if self.mlp_hidden is not None:
+            return self.mlp_hidden
         return int(round(self.mlp_ratio * self.n_embd))
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: n_kv_head, or n_head when every query head has its own."""
+        return self.n_head if self.n_kv_head is None else self.n_kv_head
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of the key (and of the value) projection: kv_heads × head_dim."""
+        return self.kv_heads * self.head_dim
 
     @property
     def use_qkv_bias(self) -> bool:
@@ -99,7 +130,14 @@ class GPTConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Every field, except a modern part left at GPT-2's value: a GPT-2 config's dict is what it
+        was before those options existed (saved settings, the config panel's form and its preset
+        matching compare equal), and `from_dict` fills the defaults back in."""
+        values = dataclasses.asdict(self)
+        for name in MODERN_FIELDS:
+            if values[name] == _GPT2_PARTS[name]:
+                del values[name]
+        return values
 
     @classmethod
     def from_dict(cls, values: dict) -> "GPTConfig":
@@ -140,6 +178,54 @@ class GPTConfig:
         eps = self.layer_norm_eps
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (0 < eps < 1):
             raise ConfigError("layer_norm_eps", f"{eps!r} must be in (0, 1); GPT-2 uses 1e-5")
+        self._validate_modern_parts()
+
+    def _validate_modern_parts(self) -> None:
+        for name, allowed in (("pos_embedding", POS_EMBEDDINGS), ("norm", NORMS), ("mlp", MLPS)):
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ConfigError(name, f"{value!r} is not one of {allowed}; GPT-2 uses {allowed[0]!r}")
+        theta = self.rope_theta
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not (1 < theta <= MAX_ROPE_THETA):
+            raise ConfigError("rope_theta", f"{theta!r} must be a number in (1, {MAX_ROPE_THETA:g}]; "
+                                            f"the usual base is 10000 (Llama 3 uses 500000)")
+        if self.pos_embedding == "rope" and self.head_dim % 2:
+            raise ConfigError(
+                "pos_embedding",
+                f"rotary positions rotate pairs of dimensions, but head_dim = n_embd / n_head = {self.head_dim} "
+                f"is odd; pick n_embd and n_head with an even quotient (e.g. n_embd={self.n_head * (self.head_dim + 1)}) "
+                f"or use pos_embedding='learned' or 'sinusoidal'",
+            )
+        if self.pos_embedding == "sinusoidal" and self.n_embd % 2:
+            raise ConfigError("pos_embedding", f"sinusoidal positions pair a sine with a cosine, but n_embd={self.n_embd} "
+                                               f"is odd; use an even n_embd or pos_embedding='learned'")
+        if self.mlp_hidden is not None:
+            _positive_int("mlp_hidden", self.mlp_hidden, MAX_MLP_RATIO * self.n_embd)
+        if self.n_kv_head is not None:
+            _positive_int("n_kv_head", self.n_kv_head, MAX_HEAD)
+            if self.n_kv_head > self.n_head:
+                raise ConfigError("n_kv_head", f"{self.n_kv_head} key/value heads but only n_head={self.n_head} query "
+                                               f"heads; use at most {self.n_head} (or None for one per query head)")
+            if self.n_head % self.n_kv_head:
+                options = [d for d in range(1, self.n_head + 1) if self.n_head % d == 0]
+                raise ConfigError("n_kv_head", f"n_head={self.n_head} is not divisible by n_kv_head={self.n_kv_head}: "
+                                               f"each key/value head serves a whole group of query heads; "
+                                               f"pick one of {options}")
+
+
+MODERN_FIELDS = ("pos_embedding", "rope_theta", "norm", "mlp", "mlp_hidden", "n_kv_head")
+_GPT2_PARTS = {f.name: f.default for f in dataclasses.fields(GPTConfig) if f.name in MODERN_FIELDS}
+
+
+def describe_parts(cfg: GPTConfig) -> str:
+    """One line naming the parts a config uses, e.g. for `gptcore info` and the status bar."""
+    positions = {"learned": "learned positions", "sinusoidal": "sinusoidal positions",
+                 "rope": f"rotary positions (base {cfg.rope_theta:g})"}[cfg.pos_embedding]
+    norm = "RMSNorm" if cfg.norm == "rmsnorm" else "LayerNorm"
+    mlp = f"{'SwiGLU' if cfg.mlp == 'swiglu' else 'GELU'} MLP {cfg.d_mlp:,}"
+    heads = (f"grouped-query attention {cfg.n_head}/{cfg.kv_heads}" if cfg.kv_heads != cfg.n_head
+             else f"{cfg.n_head}-head attention")
+    return f"{positions}, {norm}, {mlp}, {heads}"
 
 
 def _positive_int(name: str, value, upper: int) -> None:
@@ -150,3 +236,10 @@ def _positive_int(name: str, value, upper: int) -> None:
     if value > upper:
         raise ConfigError(name, f"{value:,} is absurdly large (limit {upper:,}); check for a typo")
 
+
+def preset_name(config: GPTConfig) -> str | None:
+    """The preset `config` equals ("gpt2-xl"), or None: lets the app name a built model by its
+    preset instead of by its shape. Every field counts except `dropout`, a training setting that
+    leaves the model itself (its parameters, its eval-mode outputs) unchanged."""
+    bare = config.replace(dropout=0.0)
+    return next((name for name in PRESETS if GPTConfig.preset(name) == bare), None)

@@ -7,10 +7,12 @@ A HookPoint with nothing attached is an identity call and costs nothing measurab
 from __future__ import annotations
 
 import contextlib
+from collections import OrderedDict
 from typing import Callable, Iterable, Iterator, Sequence, Union
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 # fn(tensor, hook) -> None (observe) or a tensor (replace the activation).
 HookFn = Callable[[torch.Tensor, "HookPoint"], Union[torch.Tensor, None]]
@@ -23,13 +25,21 @@ class HookPoint(nn.Module):
     def __init__(self):
         super().__init__()
         self.name: str = ""
+        # Our own record of the forward hooks attached and not yet removed: torch offers no
+        # public way to ask a module whether it has hooks. OrderedDict: handles hold it weakly.
+        self._live_hooks: OrderedDict[int, RemovableHandle] = OrderedDict()
 
     @property
     def active(self) -> bool:
         """True when someone listens; lets attention skip materialising the pattern."""
-        return bool(self._forward_hooks)
+        return bool(self._live_hooks)
 
-    def add_hook(self, fn: HookFn) -> torch.utils.hooks.RemovableHandle:
+    def register_forward_hook(self, hook, **kwargs) -> RemovableHandle:
+        """torch's register_forward_hook (same arguments), recorded so `active` knows; also
+        a hook attached with torch's own call, not `add_hook`, makes the point active."""
+        return _TrackedHandle(super().register_forward_hook(hook, **kwargs), self._live_hooks)
+
+    def add_hook(self, fn: HookFn) -> RemovableHandle:
         def call(module, _inputs, output):
             return fn(output, module)
 
@@ -37,6 +47,19 @@ class HookPoint(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x
+
+
+class _TrackedHandle(RemovableHandle):
+    """torch's handle for a hook plus our record of it in `live`; remove() drops both."""
+
+    def __init__(self, torch_handle: RemovableHandle, live: OrderedDict):
+        super().__init__(live)  # our id; RemovableHandle.remove deletes it from `live`
+        live[self.id] = torch_handle
+        self.torch_handle = torch_handle
+
+    def remove(self) -> None:
+        self.torch_handle.remove()
+        super().remove()
 
 
 def _make_filter(names_filter: NameFilter) -> Callable[[str], bool]:

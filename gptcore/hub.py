@@ -29,6 +29,8 @@ HUB_REPOS = {
     "gpt2-xl": "openai-community/gpt2-xl",
     "distilgpt2": "distilbert/distilgpt2",
 }
+# A model's own tokenizer (JSON, safe to read); not fetched for the GPT-2 repos, whose BPE ships offline.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _TRUE = {"1", "ON", "YES", "TRUE"}
 _PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
@@ -156,6 +158,8 @@ def fetch(model_id: str, progress: ProgressFn | None = None, cancel: Callable[[]
                 ) from None
             for shard in sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())):
                 get(shard)
+        if repo not in HUB_REPOS.values():
+            _get_optional(get, TOKENIZER_FILES, EntryNotFoundError)
     except LoadError:
         raise
     except GatedRepoError:
@@ -169,6 +173,16 @@ def fetch(model_id: str, progress: ProgressFn | None = None, cancel: Callable[[]
     except OSError as exc:  # HTTP errors, disk full, permissions
         raise LoadError(f"downloading {repo} failed: {exc}; check the network and free disk space in {cache}") from None
     return folder
+
+
+def _get_optional(get, filenames, not_found) -> None:
+    """Download what the repository has of `filenames`; a missing one is no error (a model may
+    come without a tokenizer: loading then says so)."""
+    for filename in filenames:
+        try:
+            get(filename)
+        except not_found:
+            pass
 
 
 def _progress_bar_class(progress: ProgressFn | None, cancel: Callable[[], bool] | None, what: str):

@@ -13,7 +13,10 @@ family's standard deviation against these definitions):
 - xavier-normal    Linear weights N(0, 2 / (fan_in + fan_out)).
 - kaiming-normal   Linear weights N(0, 2 / fan_in) (He et al., fan-in mode).
 
-Outside pytorch-default, biases are 0 and embeddings N(0, 0.02); LayerNorms are always 1/0.
+Outside pytorch-default, biases are 0 and embeddings N(0, 0.02); LayerNorms are always 1/0 and
+RMSNorms 1 (they have no bias). The modern parts need no scheme of their own: SwiGLU's gate and up
+projections (`c_gate`, `c_fc`) are ordinary Linears, and its down projection is `mlp.c_proj`, so
+GPT-2's residual scaling lands on it as on GELU's; sinusoidal and rotary positions hold no weights.
 Numbers are drawn on the CPU from a generator seeded with `seed`, then copied to the
 model's device: the same seed gives the same weights on any device.
 """
@@ -27,6 +30,7 @@ from torch import nn
 GPT2_STD = 0.02
 INIT_SCHEMES = ("gpt2", "gpt2-unscaled", "pytorch-default", "xavier-uniform", "xavier-normal", "kaiming-normal")
 RESIDUAL_PROJECTIONS = ("attn.c_proj", "mlp.c_proj")
+NORM_CLASSES = ("LayerNorm", "RMSNorm")  # by name: torch's nn.LayerNorm gets the same treatment
 
 
 def is_residual_projection(module_name: str) -> bool:
@@ -68,8 +72,18 @@ def _draw(param: torch.Tensor, gen: torch.Generator, *, std: float = 0.0, bound:
             _fill(param, target)
 
 
-def init_weights(model: nn.Module, scheme: str = "gpt2", seed: int | None = None) -> nn.Module:
-    """Re-initialise every parameter of `model` in place; same seed → identical weights."""
+class InitCancelled(RuntimeError):
+    """`cancel()` turned true between two modules: the model is half drawn, throw it away."""
+
+
+def init_weights(model: nn.Module, scheme: str = "gpt2", seed: int | None = None, *,
+                 progress=None, cancel=None) -> nn.Module:
+    """Re-initialise every parameter of `model` in place; same seed → identical weights.
+
+    `progress(done, total, message)` is told after each module with weights (counted in
+    parameters, so a huge embedding weighs what it costs); `cancel()` is asked there too, and
+    raises InitCancelled. Why: drawing gpt2-xl's 1.5 B numbers takes ~40 s on a laptop CPU,
+    which a user must be able to watch and to stop."""
     if scheme not in INIT_SCHEMES:
         raise ValueError(f"unknown init scheme {scheme!r}; choose one of {', '.join(INIT_SCHEMES)}")
     gen = torch.Generator()
@@ -77,8 +91,13 @@ def init_weights(model: nn.Module, scheme: str = "gpt2", seed: int | None = None
     n_layer = getattr(getattr(model, "config", None), "n_layer", 1)
     uniform = scheme in ("pytorch-default", "xavier-uniform")
     done: set[int] = set()  # a tied matrix is initialised once, by its first owner
+    total = sum(p.numel() for p in model.parameters())
+    drawn = 0
 
     for name, module in model.named_modules():
+        own = [p for p in module.parameters(recurse=False) if id(p) not in done]
+        if cancel is not None and own and cancel():
+            raise InitCancelled("initialisation cancelled")
         if isinstance(module, nn.Linear):
             if id(module.weight) not in done:
                 fan_out, fan_in = module.weight.shape
@@ -100,8 +119,11 @@ def init_weights(model: nn.Module, scheme: str = "gpt2", seed: int | None = None
             std = 1.0 if scheme == "pytorch-default" else GPT2_STD
             _draw(module.weight, gen, std=std)
             done.add(id(module.weight))
-        elif hasattr(module, "weight") and type(module).__name__ == "LayerNorm":
+        elif hasattr(module, "weight") and type(module).__name__ in NORM_CLASSES:
             _fill(module.weight, torch.ones(module.weight.shape))
             if getattr(module, "bias", None) is not None:
                 _fill(module.bias, torch.zeros(module.bias.shape))
+        if own and progress is not None:
+            drawn += sum(p.numel() for p in own)
+            progress(min(drawn, total), total, f"initialising {name} ({scheme})")
     return model

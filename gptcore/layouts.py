@@ -1,5 +1,8 @@
 """What a path or hub id holds: an HF folder (config.json + safetensors, sharded or not, or
-pytorch_model.bin), a lone .safetensors file, a nanoGPT ckpt.pt, a bare torch state dict.
+pytorch_model.bin), a lone .safetensors file, a nanoGPT ckpt.pt, the book's GPTModel (model.pth
+or its training dict; book.py), a bare torch state dict. A file is told by its content, not its
+suffix (checkpoints.sniff), and each read also says whether the weights are known to be trained
+(provenance.py).
 
 Each is read (memory-mapped, see checkpoints.py) into a `RawCheckpoint`: the tensors under their
 saved names plus a GPTConfig from wherever the layout keeps it (config.json, nanoGPT's model_args,
@@ -12,13 +15,21 @@ from pathlib import Path
 
 import torch
 
-from .checkpoints import LoadError, read_json, read_safetensors, read_sharded_index, read_torch, tensors_only
+from .book import FORMAT as BOOK_FORMAT, book_to_ours, is_book_state
+from .checkpoints import LoadError, read_json, read_safetensors, read_sharded_index, read_torch, sniff, tensors_only
 from .config import GPT2_VOCAB, ConfigError, GPTConfig
 from .convert import ConversionError, config_from_hf, infer_config
+from .convert import convert_llama_state_dict
 from .hub import HUB_IDS, fetch, is_hub_id
+from .llama_family import LLAMA_FAMILY, config_from_llama_json, is_llama_family
+from .provenance import UNKNOWN, Provenance, of_hf_folder, of_hub_id, of_training_dict
 
 # File names too generic to name a model: the folder holding them names it instead.
-_GENERIC_NAMES = {"ckpt.pt", "model.safetensors", "pytorch_model.bin", "model.pt", "checkpoint.pt"}
+_GENERIC_NAMES = {"ckpt.pt", "model.safetensors", "pytorch_model.bin", "model.pt", "checkpoint.pt", "model.pth"}
+_HF_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                    "pytorch_model.bin.index.json")
+# Wrappers training scripts put the weights in, one level down (the book, Lightning and most loops).
+_WEIGHT_KEYS = ("model_state_dict", "state_dict")
 
 
 @dataclass
@@ -33,6 +44,7 @@ class RawCheckpoint:
     warnings: list[str]
     config_origin: str  # says where the config came from, for mismatch messages
     detach: bool = False  # copy even when the mapped tensor could be used in place
+    provenance: Provenance = UNKNOWN  # whether the weights are known to be trained, and why
 
 
 def read_source(source, n_head=None, progress=None, cancel=None) -> RawCheckpoint:
@@ -43,7 +55,7 @@ def read_source(source, n_head=None, progress=None, cancel=None) -> RawCheckpoin
     if isinstance(source, str) and is_hub_id(text):
         folder = fetch(text, progress, cancel)
         raw = _read_hf_folder(folder, n_head, safetensors_only=True)
-        raw.name, raw.format = text, f"hub, {raw.format}"
+        raw.name, raw.format, raw.provenance = text, f"hub, {raw.format}", of_hub_id(text)
         return raw
     raise LoadError(
         f"{text}: no such file or folder, and not a hub model id. Give a folder with config.json + "
@@ -53,29 +65,34 @@ def read_source(source, n_head=None, progress=None, cancel=None) -> RawCheckpoin
 
 def _read_path(path: Path, n_head) -> RawCheckpoint:
     if path.is_dir():
-        if (path / "config.json").is_file():
+        lone_torch = _lone_torch_file(path)
+        if (path / "config.json").is_file() and lone_torch is None:
             return _read_hf_folder(path, n_head)
         if (path / "ckpt.pt").is_file():
             return _read_torch_file(path / "ckpt.pt", n_head)
+        if lone_torch is not None:  # e.g. the book's model.pth, maybe with its config.json as a sidecar
+            return _read_torch_file(lone_torch, n_head)
         lone = sorted(path.glob("*.safetensors"))
         if len(lone) == 1:
             return _read_lone_safetensors(lone[0], n_head)
         listing = ", ".join(sorted(p.name for p in path.iterdir())[:10]) or "nothing"
         raise LoadError(f"{path} holds no checkpoint I can read (found: {listing}); expected config.json + "
-                        f"model.safetensors (HF), a sharded model.safetensors.index.json, ckpt.pt (nanoGPT) "
-                        f"or a single .safetensors file")
+                        f"model.safetensors (HF), a sharded model.safetensors.index.json, ckpt.pt (nanoGPT), "
+                        f"a single .pt/.pth state dict (e.g. the book's model.pth) or a single .safetensors file")
     if path.name.endswith(".index.json") or path.name == "config.json":
         return _read_hf_folder(path.parent, n_head)
-    if path.suffix == ".safetensors" or _sniff_is_safetensors(path):
+    if path.suffix == ".safetensors" or sniff(path) == "safetensors":  # any other suffix: by content
         return _read_lone_safetensors(path, n_head)
     return _read_torch_file(path, n_head)
 
 
-def _sniff_is_safetensors(path: Path) -> bool:
-    """Unknown suffix: a torch file starts with a zip or pickle signature; else try safetensors."""
-    with open(path, "rb") as f:
-        head = f.read(4)
-    return len(head) == 4 and not head.startswith((b"PK", b"\x80"))
+def _lone_torch_file(folder: Path) -> Path | None:
+    """The one .pt/.pth file of a folder without Hugging Face weights (whose config.json, if any,
+    is then a sidecar, as the book's readers save theirs), else None."""
+    if any((folder / name).is_file() for name in _HF_WEIGHT_FILES):
+        return None
+    found = [p for p in folder.iterdir() if p.suffix in (".pt", ".pth") and p.is_file()]
+    return found[0] if len(found) == 1 else None
 
 
 def _display_name(path: Path) -> str:
@@ -84,7 +101,8 @@ def _display_name(path: Path) -> str:
 
 def _read_hf_folder(folder: Path, n_head, safetensors_only: bool = False) -> RawCheckpoint:
     config_path = folder / "config.json"
-    config, warnings = _config_from_hf_json(config_path, read_json(config_path))
+    hf = read_json(config_path)
+    config, warnings = _config_from_hf_json(config_path, hf)
     detach = False
     if n_head is not None and n_head != config.n_head:
         raise LoadError(f"n_head={n_head} was given but {config_path} says n_head={config.n_head}; "
@@ -107,7 +125,10 @@ def _read_hf_folder(folder: Path, n_head, safetensors_only: bool = False) -> Raw
             allowed += " or pytorch_model.bin"
         raise LoadError(f"{folder} has config.json but no weights: expected {allowed} next to it "
                         f"(an interrupted download? download it again)")
-    return RawCheckpoint(state, config, weights, fmt, folder.name, warnings, config_path.name, detach)
+    if is_llama_family(hf):
+        state = convert_llama_state_dict(state)
+    return RawCheckpoint(state, config, weights, fmt, folder.name, warnings, config_path.name, detach,
+                         of_hf_folder(folder, hf))
 
 
 _HF_REQUIRED = ("vocab_size", "n_positions", "n_layer", "n_head", "n_embd")
@@ -115,9 +136,12 @@ _HF_REQUIRED = ("vocab_size", "n_positions", "n_layer", "n_head", "n_embd")
 
 def _config_from_hf_json(path: Path, hf: dict) -> tuple[GPTConfig, list[str]]:
     model_type = hf.get("model_type", "gpt2")
+    if is_llama_family(hf):
+        return config_from_llama_json(path, hf)
     if model_type != "gpt2":
-        raise LoadError(f"{path}: model_type {model_type!r} is not GPT-2; this explorer loads GPT-2-class "
-                        f"models (gpt2, distilgpt2, nanoGPT checkpoints)")
+        raise LoadError(f"{path}: model_type {model_type!r} is not supported; this explorer loads GPT-2-class "
+                        f"models (gpt2, distilgpt2, nanoGPT checkpoints) and the Llama family "
+                        f"({', '.join(f'{t}: {a}' for t, a in LLAMA_FAMILY.items())})")
     missing = [k for k in _HF_REQUIRED if not isinstance(hf.get(k), int)]
     if missing:
         raise LoadError(f"{path} lacks {', '.join(missing)} (or they are not whole numbers); "
@@ -138,6 +162,8 @@ def _config_from_hf_json(path: Path, hf: dict) -> tuple[GPTConfig, list[str]]:
 
 def _read_lone_safetensors(path: Path, n_head) -> RawCheckpoint:
     state = read_safetensors(path)
+    if is_book_state(state):
+        return _read_book(path, state, n_head, "safetensors", UNKNOWN, [])
     config, warnings = _infer(path, state, n_head)
     return RawCheckpoint(state, config, path, "safetensors (config from shapes)", _display_name(path), warnings, "tensor shapes")
 
@@ -146,12 +172,29 @@ def _read_torch_file(path: Path, n_head) -> RawCheckpoint:
     obj = read_torch(path)
     if isinstance(obj, dict) and "model" in obj and "model_args" in obj:
         return _read_nanogpt(path, obj, n_head)
-    if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
-        obj = obj["state_dict"]  # PyTorch Lightning and similar wrap the weights one level down
+    provenance, notes = UNKNOWN, []
+    wrapper = next((k for k in _WEIGHT_KEYS if isinstance(obj, dict) and isinstance(obj.get(k), dict)), None)
+    if wrapper is not None:  # {"model_state_dict": ..., "optimizer_state_dict": ...}: the weights only
+        provenance = of_training_dict(obj)
+        ignored = sorted(str(k) for k in obj if k != wrapper)
+        if ignored:
+            notes.append(f"only {wrapper} was read; {', '.join(ignored)} (training state) ignored")
+        obj = obj[wrapper]
     state = tensors_only(path, obj)
+    if is_book_state(state):
+        return _read_book(path, state, n_head, "torch state dict", provenance, notes)
     config, warnings = _infer(path, state, n_head)
-    return RawCheckpoint(state, config, path, "torch state dict (config from shapes)", _display_name(path), warnings,
-                "tensor shapes", detach=True)
+    return RawCheckpoint(state, config, path, "torch state dict (config from shapes)", _display_name(path),
+                         notes + warnings, "tensor shapes", detach=True, provenance=provenance)
+
+
+def _read_book(path: Path, state: dict, n_head, container: str, provenance: Provenance,
+               notes: list[str]) -> RawCheckpoint:
+    """The book's GPTModel, renamed to ours (book.py); its head count found as for any lone file."""
+    ours = book_to_ours(state)
+    config, warnings = _infer(path, ours, n_head)
+    return RawCheckpoint(ours, config, path, f"{BOOK_FORMAT} ({container}, config from shapes)", _display_name(path),
+                         notes + warnings, "tensor shapes", detach=container != "safetensors", provenance=provenance)
 
 
 def _read_nanogpt(path: Path, ckpt: dict, n_head) -> RawCheckpoint:
@@ -175,7 +218,8 @@ def _read_nanogpt(path: Path, ckpt: dict, n_head) -> RawCheckpoint:
     if (path.parent / "meta.pkl").exists() and config.vocab_size >= GPT2_VOCAB:
         warnings.append("meta.pkl next to the checkpoint was not read (pickle files can run code); "
                         "the GPT-2 tokenizer is used")
-    return RawCheckpoint(state, config, path, "nanoGPT ckpt", _display_name(path), warnings, "model_args", detach=True)
+    return RawCheckpoint(state, config, path, "nanoGPT ckpt", _display_name(path), warnings, "model_args", detach=True,
+                         provenance=of_training_dict(ckpt))
 
 
 def _infer(path: Path, state: dict, n_head) -> tuple[GPTConfig, list[str]]:
@@ -184,7 +228,8 @@ def _infer(path: Path, state: dict, n_head) -> tuple[GPTConfig, list[str]]:
     sidecar = path.with_name("config.json")
     if sidecar.is_file() and sidecar != path:
         side = read_json(sidecar)
-        side_heads = side.get("n_head", side.get("num_attention_heads"))
+        heads_keys = ("n_head", "num_attention_heads", "n_heads")  # GPT-2, other HF configs, the book's
+        side_heads = next((side[k] for k in heads_keys if k in side), None)
         eps = side.get("layer_norm_epsilon", eps)
         if n_head is None and isinstance(side_heads, int):
             n_head = side_heads

@@ -22,17 +22,19 @@ from typing import Callable
 import torch
 
 from .checkpoints import LoadCancelled, LoadError
-from .config import GPTConfig
+from .config import GPTConfig, describe_parts
 from .convert import ConversionError, check_against, convert_state_dict
+from .folder_tokenizer import TokenizerChoice, choose_tokenizer
+from .folder_tokenizer import load_tokenizer as _load_chosen_tokenizer
 from .hub import HUB_IDS, is_hub_cached
-from .layouts import GPT2_VOCAB, RawCheckpoint, is_conv1d, read_source
+from .layouts import RawCheckpoint, is_conv1d, read_source
 from .model import GPT
 from .nonfinite import BackgroundScreen, count_non_finite, may_hold_non_finite, non_finite_error
 from .params import dtype_bytes, format_bytes, format_count
 
 __all__ = [
     "HUB_IDS", "LoadCancelled", "LoadError", "LoadInfo", "default_device", "is_hub_cached", "load",
-    "resolve_device", "resolve_dtype",
+    "load_tokenizer", "resolve_device", "resolve_dtype",
 ]
 
 ProgressFn = Callable[[int, int, str], None]
@@ -46,7 +48,13 @@ DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp
 
 @dataclass(frozen=True)
 class LoadInfo:
-    """What was loaded, from where, and anything the user should know about it."""
+    """What was loaded, from where, and anything the user should know about it.
+
+    `trained` is True only with evidence (a published hub model, training metadata saved with
+    the weights; see provenance.py), False when known untrained, None when nothing says (weights
+    of unknown provenance: "loaded"); `provenance` says which. `tokenizer` names the tokenizer
+    that belongs to the model (`load_tokenizer(info)` builds it).
+    """
 
     name: str
     source: str
@@ -56,10 +64,17 @@ class LoadInfo:
     device: str
     n_params: int
     tied: bool
-    trained: bool = True
+    trained: bool | None = None
     warnings: tuple[str, ...] = ()
     format: str = ""
     seconds: float = 0.0
+    provenance: str = ""
+    tokenizer: TokenizerChoice = TokenizerChoice("gpt2", reason="GPT-2's tokenizer (default)")
+
+    @property
+    def status(self) -> str:
+        """"trained", "untrained" or "loaded" (provenance unknown): the word to show, never a guess."""
+        return {True: "trained", False: "untrained"}.get(self.trained, "loaded")
 
     def describe(self) -> dict[str, str]:
         c = self.config
@@ -70,12 +85,15 @@ class LoadInfo:
             "format": self.format or "-",
             "shape": f"{c.n_layer} layers, {c.n_head} heads, width {c.n_embd}, MLP {c.d_mlp}, "
                      f"context {c.block_size}, vocab {c.vocab_size}",
+            "parts": describe_parts(c),
             "parameters": f"{self.n_params:,} ({format_count(self.n_params)})",
             "output head": "tied to the token embedding" if self.tied else "separate (untied)",
             "dtype": self.dtype,
             "device": self.device,
             "memory": format_bytes(self.n_params * dtype_bytes(self.dtype)),
             "load time": f"{self.seconds:.2f} s",
+            "weights": f"{self.status} ({self.provenance})" if self.provenance else self.status,
+            "tokenizer": self.tokenizer.describe(),
             "warnings": "; ".join(self.warnings) if self.warnings else "none",
         }
 
@@ -133,7 +151,8 @@ def load(source, *, device=None, dtype=None, progress: ProgressFn | None = None,
     """Load a GPT-2-family checkpoint -> (model in eval mode on `device`, LoadInfo).
 
     `source`: a hub id (gpt2, openai-community/gpt2, gpt2-medium, gpt2-large, gpt2-xl, distilgpt2, or
-    any org/name), an HF folder, a .safetensors file, a nanoGPT ckpt.pt or a torch state dict file.
+    any org/name), an HF folder, a .safetensors file, a nanoGPT ckpt.pt, the book's GPTModel
+    (model.pth, or its dict with the optimizer state) or a torch state dict file.
     `progress(done, total, what)` is called as bytes arrive and are loaded; `cancel()` is checked
     between steps and raises LoadCancelled. `n_head` is for files without a config (it is not in
     any tensor shape).
@@ -144,13 +163,22 @@ def load(source, *, device=None, dtype=None, progress: ProgressFn | None = None,
     raw = read_source(source, n_head, progress, cancel)
     _check_cancel(cancel)
     model = _build(raw, target_device, target_dtype, progress, cancel)
+    tokenizer = choose_tokenizer(raw.path, raw.config.vocab_size, nanogpt=raw.format == "nanoGPT ckpt")
+    if tokenizer.kind == "none":
+        raw.warnings.append(f"no tokenizer for this model: {tokenizer.reason}")
     info = LoadInfo(
         name=raw.name, source=str(source), path=str(raw.path), config=raw.config,
         dtype=DTYPE_NAMES[target_dtype], device=str(model.device), n_params=model.num_parameters(),
-        tied=raw.config.tie_weights, trained=True, warnings=tuple(raw.warnings), format=raw.format,
-        seconds=time.perf_counter() - start,
+        tied=raw.config.tie_weights, trained=raw.provenance.trained, provenance=raw.provenance.why,
+        tokenizer=tokenizer, warnings=tuple(raw.warnings), format=raw.format, seconds=time.perf_counter() - start,
     )
     return model, info
+
+
+def load_tokenizer(info: LoadInfo):
+    """(tokenizer, reason) for a loaded model: GPT-2's BPE, the folder's own tokenizer.json (through
+    transformers' fast tokenizer, offline) or None with the reason, so token ids can be shown instead."""
+    return _load_chosen_tokenizer(info.tokenizer)
 
 
 def _check_cancel(cancel) -> None:
@@ -173,10 +201,6 @@ def _build(raw: RawCheckpoint, device: torch.device, dtype: torch.dtype, progres
                             f"Is this file from a different model, or is the config from another one?") from None
         names = [k for k in expected if not (config.tie_weights and k == "unembed.weight")]
         weights = _take_weights(raw, ours, names, device, dtype, progress, cancel, screen)
-    if config.vocab_size < GPT2_VOCAB:
-        raw.warnings.append(f"vocab_size={config.vocab_size} is smaller than GPT-2's {GPT2_VOCAB}: the GPT-2 "
-                            f"tokenizer will produce ids this model has no embedding for (a character-level "
-                            f"model? its own vocabulary is not loaded)")
     model.load_state_dict(weights, strict=False, assign=True)
     model.tie_weights()
     leftover = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]

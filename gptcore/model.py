@@ -1,10 +1,15 @@
-"""The GPT itself, bottom-up: LayerNorm -> attention -> MLP -> Block -> GPT.
+"""The GPT itself, bottom-up: norms -> attention -> MLPs -> Block -> GPT.
 
 Parameter names inside a block are HF GPT-2's (`c_attn`, `c_proj`, `c_fc`), so loading
 a checkpoint is one renaming table plus four transposes (Conv1D stores W as (in, out)).
 Top-level names (`embed`, `pos_embed`, `blocks`, `ln_final`, `unembed`) give
 TransformerLens's hook names. Shapes: B batch, T new tokens, S keys (past + new),
-nh heads, hs head size, C = n_embd.
+nh heads, nkv key/value heads, hs head size, C = n_embd, H = d_mlp.
+
+The modern parts are options of the same blocks (GPTConfig): the norm is `LayerNorm` or
+`RMSNorm`, the MLP `MLP` (GELU) or `SwiGLUMLP`, positions a learned table, a sinusoidal one or
+rotary angles (positions.py), and attention has `n_kv_head` key/value heads (grouped-query).
+With the defaults the module tree, the names and the maths are GPT-2's.
 """
 from __future__ import annotations
 
@@ -17,33 +22,8 @@ from torch.overrides import TorchFunctionMode
 
 from .config import GPTConfig
 from .hooks import HookedModule, HookPoint
-
-
-def _find_onednn_linear():
-    try:
-        return torch.ops.mkldnn._linear_pointwise if torch.backends.mkldnn.is_available() else None
-    except (AttributeError, RuntimeError):  # a torch built without oneDNN
-        return None
-
-
-_ONEDNN_LINEAR = _find_onednn_linear()
-
-
-def apply_linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """`layer(x)`, through oneDNN's linear on CPU fp32 when nothing needs autograd or hooks.
-
-    Why: for the shapes this app runs (a prompt's worth of rows, or one row while decoding)
-    MKL's GEMM is far from the machine's speed; oneDNN's on the same weight, no copy, measured
-    on GPT-2 small's layers: 64 rows 9.4 -> 6.2 ms per block, one row 0.63 -> 0.39 ms, and the
-    (50257, 768) head for one row 12.6 -> 5.6 ms. Same maths up to float32 rounding (~1e-6).
-    Anything it cannot serve (other devices or dtypes, autograd, hooks on the layer) takes
-    the module itself."""
-    w = layer.weight
-    if (_ONEDNN_LINEAR is not None and x.device.type == "cpu" and x.dtype == torch.float32
-            and w.dtype == torch.float32 and not layer._forward_hooks and not layer._forward_pre_hooks
-            and not (torch.is_grad_enabled() and (w.requires_grad or x.requires_grad))):
-        return _ONEDNN_LINEAR(x, w, layer.bias, "none", [], "")
-    return layer(x)
+from .linear import Linear, apply_linear  # Linear: nn.Linear with a guarded oneDNN fast path
+from .positions import RotaryPositions, SinusoidalPositions, apply_rotary
 
 
 class LayerNorm(nn.Module):
@@ -61,13 +41,36 @@ class LayerNorm(nn.Module):
         return self.hook_normalized(y)
 
 
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x²) + eps) · weight (Zhang & Sennrich 2019; Llama): no mean subtracted,
+    no bias, whatever `bias` says."""
+
+    def __init__(self, ndim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ndim))
+        self.eps = eps
+        self.hook_normalized = HookPoint()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.rms_norm(x, self.weight.shape, self.weight, self.eps)  # (B, T, C)
+        return self.hook_normalized(y)
+
+
+def make_norm(config: GPTConfig) -> nn.Module:
+    if config.norm == "rmsnorm":
+        return RMSNorm(config.n_embd, config.layer_norm_eps)
+    return LayerNorm(config.n_embd, config.bias, config.layer_norm_eps)
+
+
 class KVCache:
     """Keys and values of every layer, preallocated to `block_size` so that decoding one
-    token writes in place instead of concatenating (which would copy the whole cache)."""
+    token writes in place instead of concatenating (which would copy the whole cache).
+    Holds the key/value heads only (grouped-query attention: n_head / n_kv_head times less);
+    keys are stored already rotated when positions are rotary."""
 
     def __init__(self, config: GPTConfig, batch: int, device, dtype):
-        shape = (config.n_layer, batch, config.n_head, config.block_size, config.head_dim)
-        self.k = torch.empty(shape, device=device, dtype=dtype)  # (L, B, nh, block, hs)
+        shape = (config.n_layer, batch, config.kv_heads, config.block_size, config.head_dim)
+        self.k = torch.empty(shape, device=device, dtype=dtype)  # (L, B, nkv, block, hs)
         self.v = torch.empty(shape, device=device, dtype=dtype)
         self.length = 0  # positions filled; the next token sits at position `length`
         self.capacity = config.block_size
@@ -77,19 +80,28 @@ class KVCache:
 
 
 class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention; with n_kv_head < n_head, grouped-query: query head h
+    reads key/value head h // (n_head / n_kv_head), as in Llama. `c_attn` computes queries,
+    keys and values in one matrix ((C + 2 · nkv · hs) rows), as GPT-2's does."""
+
     def __init__(self, config: GPTConfig):
         super().__init__()
         C = config.n_embd
         self.n_head = config.n_head
+        self.n_kv_head = config.kv_heads
         self.head_dim = config.head_dim
-        self.c_attn = nn.Linear(C, 3 * C, bias=config.use_qkv_bias)
-        self.c_proj = nn.Linear(C, C, bias=config.bias)
+        self.kv_dim = config.kv_dim
+        self.c_attn = Linear(C, C + 2 * config.kv_dim, bias=config.use_qkv_bias)
+        self.c_proj = Linear(C, C, bias=config.bias)
         self.dropout = config.dropout
         self.attn_dropout = nn.Dropout(config.dropout)
         self.resid_dropout = nn.Dropout(config.dropout)
         self.hook_q = HookPoint()  # (B, T, nh, hs)
-        self.hook_k = HookPoint()  # (B, T, nh, hs)
-        self.hook_v = HookPoint()  # (B, T, nh, hs)
+        self.hook_k = HookPoint()  # (B, T, nkv, hs)
+        self.hook_v = HookPoint()  # (B, T, nkv, hs)
+        if config.pos_embedding == "rope":  # TransformerLens's names for the rotated q and k
+            self.hook_rot_q = HookPoint()  # (B, T, nh, hs)
+            self.hook_rot_k = HookPoint()  # (B, T, nkv, hs)
         self.hook_attn_scores = HookPoint()  # (B, nh, T, S), masked with -inf
         self.hook_pattern = HookPoint()  # (B, nh, T, S), rows sum to 1
         self.hook_z = HookPoint()  # (B, T, nh, hs)
@@ -99,13 +111,21 @@ class CausalSelfAttention(nn.Module):
     def wants_pattern(self) -> bool:
         return self.hook_pattern.active or self.hook_attn_scores.active
 
-    def forward(self, x: torch.Tensor, kv_cache: KVCache | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, kv_cache: KVCache | None = None,
+                rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """x (B, T, C); `rotary` = (cos, sin), each (T, hs), for rotary positions."""
         B, T, C = x.shape
-        nh, hs = self.n_head, self.head_dim
-        q, k, v = apply_linear(self.c_attn, x).split(C, dim=2)  # 3 × (B, T, C)
-        q = self.hook_q(q.view(B, T, nh, hs)).transpose(1, 2)  # (B, nh, T, hs)
-        k = self.hook_k(k.view(B, T, nh, hs)).transpose(1, 2)  # (B, nh, T, hs)
-        v = self.hook_v(v.view(B, T, nh, hs)).transpose(1, 2)  # (B, nh, T, hs)
+        nh, nkv, hs = self.n_head, self.n_kv_head, self.head_dim
+        q, k, v = apply_linear(self.c_attn, x).split((C, self.kv_dim, self.kv_dim), dim=2)  # (B, T, C), 2 × (B, T, nkv·hs)
+        q = self.hook_q(q.view(B, T, nh, hs))  # (B, T, nh, hs)
+        k = self.hook_k(k.view(B, T, nkv, hs))  # (B, T, nkv, hs)
+        if rotary is not None:
+            cos, sin = rotary  # (T, hs) each, for positions past .. past + T - 1
+            q = self.hook_rot_q(apply_rotary(q, cos, sin))  # (B, T, nh, hs)
+            k = self.hook_rot_k(apply_rotary(k, cos, sin))  # (B, T, nkv, hs)
+        q = q.transpose(1, 2)  # (B, nh, T, hs)
+        k = k.transpose(1, 2)  # (B, nkv, T, hs)
+        v = self.hook_v(v.view(B, T, nkv, hs)).transpose(1, 2)  # (B, nkv, T, hs)
 
         past = 0
         if kv_cache is not None:
@@ -113,25 +133,29 @@ class CausalSelfAttention(nn.Module):
             i = self.layer_index
             kv_cache.k[i, :B, :, past:past + T] = k
             kv_cache.v[i, :B, :, past:past + T] = v
-            k = kv_cache.k[i, :B, :, :past + T]  # (B, nh, S, hs)
-            v = kv_cache.v[i, :B, :, :past + T]  # (B, nh, S, hs)
+            k = kv_cache.k[i, :B, :, :past + T]  # (B, nkv, S, hs)
+            v = kv_cache.v[i, :B, :, :past + T]  # (B, nkv, S, hs)
         S = past + T
         p_drop = self.dropout if self.training else 0.0
+        grouped = nkv != nh  # SDPA shares each key/value head with its group of query heads
 
         if self.wants_pattern:
             # Explicit path: materialise scores and pattern only when someone listens.
+            if grouped:
+                k = k.repeat_interleave(nh // nkv, dim=1)  # (B, nh, S, hs)
+                v = v.repeat_interleave(nh // nkv, dim=1)  # (B, nh, S, hs)
             scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, nh, T, S)
             allowed = _causal_mask(T, S, past, x.device)  # (T, S)
             scores = self.hook_attn_scores(scores.masked_fill(~allowed, float("-inf")))
             pattern = self.hook_pattern(F.softmax(scores, dim=-1))  # (B, nh, T, S)
             y = self.attn_dropout(pattern) @ v  # (B, nh, T, hs)
         elif past == 0:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p_drop, is_causal=True)
-        elif T == 1:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p_drop)  # one query sees all keys
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p_drop, is_causal=True, enable_gqa=grouped)
+        elif T == 1:  # one query sees all keys
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p_drop, enable_gqa=grouped)
         else:
             allowed = _causal_mask(T, S, past, x.device)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p_drop)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p_drop, enable_gqa=grouped)
 
         z = self.hook_z(y.transpose(1, 2))  # (B, T, nh, hs)
         y = z.reshape(B, T, C)  # heads side by side again
@@ -146,10 +170,12 @@ def _causal_mask(T: int, S: int, past: int, device) -> torch.Tensor:
 
 
 class MLP(nn.Module):
+    """GPT-2's MLP: c_proj(GELU(c_fc(x)))."""
+
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.c_fc = nn.Linear(config.n_embd, config.d_mlp, bias=config.bias)
-        self.c_proj = nn.Linear(config.d_mlp, config.n_embd, bias=config.bias)
+        self.c_fc = Linear(config.n_embd, config.d_mlp, bias=config.bias)
+        self.c_proj = Linear(config.d_mlp, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
         self.hook_pre = HookPoint()  # (B, T, d_mlp)
         self.hook_post = HookPoint()  # (B, T, d_mlp)
@@ -160,13 +186,39 @@ class MLP(nn.Module):
         return self.dropout(apply_linear(self.c_proj, h))  # (B, T, C)
 
 
+class SwiGLUMLP(nn.Module):
+    """Llama's MLP: c_proj(SiLU(c_gate(x)) * c_fc(x)) (Shazeer 2020). `c_fc` is Llama's up_proj,
+    `c_gate` its gate_proj, `c_proj` its down_proj. Hooks as TransformerLens's gated MLP:
+    hook_pre the gate before SiLU, hook_pre_linear the up projection, hook_post their product."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.c_fc = Linear(config.n_embd, config.d_mlp, bias=config.bias)
+        self.c_gate = Linear(config.n_embd, config.d_mlp, bias=config.bias)
+        self.c_proj = Linear(config.d_mlp, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+        self.hook_pre = HookPoint()  # (B, T, H)
+        self.hook_pre_linear = HookPoint()  # (B, T, H)
+        self.hook_post = HookPoint()  # (B, T, H)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate = self.hook_pre(apply_linear(self.c_gate, x))  # (B, T, H)
+        up = self.hook_pre_linear(apply_linear(self.c_fc, x))  # (B, T, H)
+        h = self.hook_post(F.silu(gate) * up)  # (B, T, H)
+        return self.dropout(apply_linear(self.c_proj, h))  # (B, T, C)
+
+
+def make_mlp(config: GPTConfig) -> nn.Module:
+    return SwiGLUMLP(config) if config.mlp == "swiglu" else MLP(config)
+
+
 class Block(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.ln1 = LayerNorm(config.n_embd, config.bias, config.layer_norm_eps)
+        self.ln1 = make_norm(config)
         self.attn = CausalSelfAttention(config)
-        self.ln2 = LayerNorm(config.n_embd, config.bias, config.layer_norm_eps)
-        self.mlp = MLP(config)
+        self.ln2 = make_norm(config)
+        self.mlp = make_mlp(config)
         self.pre_ln = config.ln_placement == "pre"
         self.residual = config.residual
         self.hook_resid_pre = HookPoint()
@@ -175,18 +227,24 @@ class Block(nn.Module):
         self.hook_mlp_out = HookPoint()
         self.hook_resid_post = HookPoint()
 
-    def forward(self, x: torch.Tensor, kv_cache: KVCache | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, kv_cache: KVCache | None = None, rotary=None) -> torch.Tensor:
         x = self.hook_resid_pre(x)  # (B, T, C)
         if self.pre_ln:  # GPT-2: x + f(LN(x))
-            a = self.hook_attn_out(self.attn(self.ln1(x), kv_cache))
+            a = self.hook_attn_out(self.attn(self.ln1(x), kv_cache, rotary))
             x = self.hook_resid_mid(x + a if self.residual else a)
             m = self.hook_mlp_out(self.mlp(self.ln2(x)))
             return self.hook_resid_post(x + m if self.residual else m)
         # Post-LN (the original Transformer): LN(x + f(x))
-        a = self.hook_attn_out(self.attn(x, kv_cache))
+        a = self.hook_attn_out(self.attn(x, kv_cache, rotary))
         x = self.hook_resid_mid(self.ln1(x + a if self.residual else a))
         m = self.hook_mlp_out(self.mlp(x))
         return self.hook_resid_post(self.ln2(x + m if self.residual else m))
+
+
+# nn.Linear's reset calls kaiming_uniform_, which reaches this mode itself; the uniform_ it calls
+# inside runs with the mode popped, so it must be caught at kaiming_uniform_ (measured: 0.08 s of
+# a SmolLM2-135M load went to meta uniform_ decompositions before).
+_SKIPPED_INITS = ("normal_", "uniform_", "kaiming_uniform_")
 
 
 class _SkipMetaInit(TorchFunctionMode):
@@ -197,7 +255,7 @@ class _SkipMetaInit(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         target = args[0] if args else kwargs.get("tensor")
-        if getattr(func, "__name__", "") in ("normal_", "uniform_") and isinstance(target, torch.Tensor) and target.is_meta:
+        if getattr(func, "__name__", "") in _SKIPPED_INITS and isinstance(target, torch.Tensor) and target.is_meta:
             return target
         return func(*args, **kwargs)
 
@@ -210,21 +268,31 @@ class GPT(HookedModule):
         super().__init__()
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.n_embd)
-        self.pos_embed = nn.Embedding(config.block_size, config.n_embd)
         self.hook_embed = HookPoint()  # (B, T, C)
-        self.hook_pos_embed = HookPoint()  # (B, T, C)
+        self.pos_embed = self._positions(config)
+        if config.pos_embedding != "rope":  # rotary positions add nothing to the stream
+            self.hook_pos_embed = HookPoint()  # (1, T, C)
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         for i, block in enumerate(self.blocks):
             block.attn.layer_index = i
-        self.ln_final = LayerNorm(config.n_embd, config.bias, config.layer_norm_eps)
-        self.unembed = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.ln_final = make_norm(config)
+        self.unembed = Linear(config.n_embd, config.vocab_size, bias=False)
         self.tie_weights()
         self.setup_hooks()
         if init is not None and self.embed.weight.device.type != "meta":
             from .init import init_weights
 
             init_weights(self, init, seed=seed)
+
+    @staticmethod
+    def _positions(config: GPTConfig) -> nn.Module:
+        """The position part: GPT-2's learned table, fixed sinusoids, or rotary angles."""
+        if config.pos_embedding == "sinusoidal":
+            return SinusoidalPositions(config.n_embd)
+        if config.pos_embedding == "rope":
+            return RotaryPositions(config.head_dim, config.rope_theta)
+        return nn.Embedding(config.block_size, config.n_embd)
 
     @classmethod
     def empty(cls, config: GPTConfig, device=None) -> "GPT":
@@ -272,10 +340,15 @@ class GPT(HookedModule):
             )
         pos = torch.arange(past, past + T, device=idx.device)  # (T,)
         tok = self.hook_embed(self.embed(idx))  # (B, T, C)
-        pos_emb = self.hook_pos_embed(self.pos_embed(pos)[None])  # (1, T, C)
-        x = self.drop(tok + pos_emb)  # (B, T, C)
+        rotary = None
+        if self.config.pos_embedding == "rope":
+            rotary = self.pos_embed(pos, tok.dtype)  # cos, sin: (T, hs) each, shared by every layer
+            x = self.drop(tok)  # (B, T, C)
+        else:
+            pos_emb = self.hook_pos_embed(self.pos_embed(pos).to(tok.dtype)[None])  # (1, T, C)
+            x = self.drop(tok + pos_emb)  # (B, T, C)
         for block in self.blocks:
-            x = block(x, kv_cache)
+            x = block(x, kv_cache, rotary)
         if kv_cache is not None:
             kv_cache.length = past + T
         if logits is None:

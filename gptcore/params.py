@@ -93,16 +93,22 @@ def dtype_bytes(dtype) -> int:
     return DTYPE_BYTES[key]
 
 
+def _norm_size(cfg: GPTConfig) -> int:
+    """One norm: weight, plus a bias for a LayerNorm with cfg.bias (as nanoGPT); RMSNorm has none."""
+    return cfg.n_embd * (2 if cfg.norm == "layernorm" and cfg.bias else 1)
+
+
 def _block_components(cfg: GPTConfig) -> dict[str, int]:
     d, h = cfg.n_embd, cfg.d_mlp
     bias = 1 if cfg.bias else 0
-    ln = d * (1 + bias)  # weight (+ bias, which follows cfg.bias as in nanoGPT)
+    qkv_out = d + 2 * cfg.kv_dim  # queries (n_head heads) + keys and values (kv_heads heads each)
+    mlp_in_matrices = 2 if cfg.mlp == "swiglu" else 1  # SwiGLU: up and gate
     return {
-        "attention qkv": d * 3 * d + (3 * d if cfg.use_qkv_bias else 0),
+        "attention qkv": d * qkv_out + (qkv_out if cfg.use_qkv_bias else 0),
         "attention output": d * d + d * bias,
-        "MLP in": d * h + h * bias,
+        "MLP in": mlp_in_matrices * (d * h + h * bias),
         "MLP out": h * d + d * bias,
-        "layer norms": 2 * ln,
+        "layer norms": 2 * _norm_size(cfg),
     }
 
 
@@ -111,8 +117,8 @@ def count_parameters(cfg: GPTConfig) -> ParamCount:
     block = _block_components(cfg)
     per_block = sum(block.values())
     token = cfg.vocab_size * d
-    position = cfg.block_size * d
-    final_norm = d * (2 if cfg.bias else 1)
+    position = cfg.block_size * d if cfg.pos_embedding == "learned" else 0  # sinusoids/rotary: computed
+    final_norm = _norm_size(cfg)
     head = 0 if cfg.tie_weights else token
 
     comps: dict[str, ComponentCount] = {}
@@ -137,6 +143,41 @@ def count_parameters(cfg: GPTConfig) -> ParamCount:
         by_component=comps,
         per_block=per_block,
     )
+
+
+def modern_differences(cfg: GPTConfig) -> list[str]:
+    """For the config panel: what each modern option changes in the count, next to its number.
+
+    Each line compares `cfg` with the same config where that one option is GPT-2's (learned
+    positions, LayerNorm, GELU MLP of mlp_ratio × n_embd, one key/value head per query head), so
+    every figure is exact and the line says what it is relative to. GPT-2's own config gives []."""
+    total = count_parameters(cfg).total
+
+    def delta(**gpt2_option) -> str:
+        diff = total - count_parameters(cfg.replace(**gpt2_option)).total
+        return f"{'+' if diff > 0 else '−' if diff < 0 else '±'}{abs(diff):,}"
+
+    lines = []
+    if cfg.pos_embedding != "learned":
+        why = "fixed sin/cos added, no table" if cfg.pos_embedding == "sinusoidal" else             f"queries and keys rotated, base {cfg.rope_theta:g}; no table"
+        lines.append(f"{cfg.pos_embedding}: {delta(pos_embedding='learned')} vs learned ({why})")
+    if cfg.norm == "rmsnorm":
+        n_norms = 2 * cfg.n_layer + 1
+        why = f"{n_norms} norms without bias" if cfg.bias else "no bias either way, as bias=False"
+        lines.append(f"rmsnorm: {delta(norm='layernorm')} vs layernorm ({why})")
+    if cfg.mlp == "swiglu":
+        lines.append(f"swiglu: {delta(mlp='gelu')} vs gelu (a third matrix, the gate: "
+                     f"{cfg.n_embd:,} × {cfg.d_mlp:,} per block)")
+    if cfg.mlp_hidden is not None:
+        ratio_hidden = int(round(cfg.mlp_ratio * cfg.n_embd))
+        lines.append(f"mlp_hidden {cfg.mlp_hidden:,}: {delta(mlp_hidden=None)} vs mlp_ratio × n_embd "
+                     f"= {cfg.mlp_ratio:g} × {cfg.n_embd:,} = {ratio_hidden:,}")
+    if cfg.kv_heads != cfg.n_head:
+        group = cfg.n_head // cfg.kv_heads
+        lines.append(f"grouped-query {cfg.n_head}/{cfg.kv_heads}: K and V projections ×1/{group}: "
+                     f"{delta(n_kv_head=None)} vs {cfg.n_head} key/value heads "
+                     f"(KV cache ×1/{group} too)")
+    return lines
 
 
 def format_count(n: int) -> str:

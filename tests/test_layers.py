@@ -1,22 +1,31 @@
-"""DESIGN.md's import arrows, enforced by reading every module's imports (AST, nothing runs).
+"""DESIGN.md's import arrows and the no-cycle rule, enforced by reading every module's imports
+(AST, nothing runs).
 
 - gptcore never imports Qt or the app;
-- explorer/panels never import torch, gptcore or transformers (numpy in, intent signals out);
+- explorer/panels never import torch, gptcore, transformers or the session (numpy in, intent signals out);
 - explorer/session.py (and its devices.py) never imports Qt; explorer/results.py is numpy only;
-- transformers / huggingface_hub are imported only inside functions (importing gptcore stays fast).
+- transformers / huggingface_hub are imported only inside functions (importing gptcore stays fast);
+- no import cycle inside gptcore/ and explorer/.
+
+Relative imports are resolved (`from ..session import X` in a panel is an import of
+explorer.session), lazy imports inside functions count, and imports under `if TYPE_CHECKING:`
+don't (they never run).
 """
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("gptcore", "explorer")
 QT = ("PySide6", "pyqtgraph", "PyQt5", "PyQt6", "qtpy", "shiboken6")
 RULES = [
     ("gptcore", QT + ("explorer",), "gptcore is pure PyTorch: no Qt, no app code"),
-    ("explorer/panels", ("torch", "gptcore", "transformers", "huggingface_hub", "safetensors"),
+    ("explorer/panels", ("torch", "gptcore", "transformers", "huggingface_hub", "safetensors", "explorer.session",
+                         "explorer.workers", "explorer.controllers"),
      "panels are passive views: numpy in, intent signals out"),
     ("explorer/session.py", QT, "the session is headless: no Qt"),
     ("explorer/devices.py", QT, "the session's device and memory checks are headless: no Qt"),
@@ -26,66 +35,187 @@ RULES = [
 LAZY_ONLY = ("transformers", "huggingface_hub")
 
 
-def _python_files(place: str) -> list[Path]:
-    target = ROOT / place
+@dataclass(frozen=True)
+class Import:
+    line: int
+    module: str  # absolute, relative imports resolved
+    top_level: bool  # at module level (not inside a function, class body or try in a function)
+
+
+def _python_files(root: Path, place: str) -> list[Path]:
+    target = root / place
     if target.suffix == ".py":
         return [target] if target.is_file() else []
     return sorted(target.rglob("*.py"))
 
 
-def _imports(tree: ast.AST):
-    """(line, module, top_level) for every absolute import in the tree."""
-    top = set(map(id, tree.body)) if isinstance(tree, ast.Module) else set()
+def module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _under_type_checking(node: ast.AST, parents: dict) -> bool:
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            return True
+    return False
+
+
+def read_imports(root: Path, path: Path) -> list[Import]:
+    """Every import that can run, with `from . import x` counted as the submodule x when it exists."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    top = set(map(id, tree.body))
+    here = module_name(root, path).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
+    found = []
     for node in ast.walk(tree):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)) or _under_type_checking(node, parents):
+            continue
+        at_top = id(node) in top
         if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield node.lineno, alias.name, id(node) in top
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            yield node.lineno, node.module, id(node) in top
+            found += [Import(node.lineno, alias.name, at_top) for alias in node.names]
+            continue
+        if node.level:
+            if node.level - 1 > len(package):
+                raise ValueError(f"{path}:{node.lineno}: relative import beyond the top package")
+            base = package[: len(package) - (node.level - 1)]
+            stem = ".".join(base + ([node.module] if node.module else []))
+        else:
+            stem = node.module or ""
+        found.append(Import(node.lineno, stem, at_top))
+        for alias in node.names:  # `from pkg import submodule` imports the submodule too
+            candidate = f"{stem}.{alias.name}"
+            if _module_path(root, candidate) is not None:
+                found.append(Import(node.lineno, candidate, at_top))
+    return found
+
+
+def _module_path(root: Path, module: str) -> Path | None:
+    base = root.joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
 
 
 def _matches(module: str, prefixes) -> bool:
     return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
-def violations(root_rules=RULES) -> list[str]:
+def violations(root: Path = ROOT) -> list[str]:
     found = []
-    for place, forbidden, why in root_rules:
-        for path in _python_files(place):
-            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-            for line, module, _top in _imports(tree):
-                if _matches(module, forbidden):
-                    found.append(f"{path.relative_to(ROOT)}:{line}: imports {module} — {why}")
-    for path in _python_files("gptcore") + _python_files("explorer"):
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        for line, module, top in _imports(tree):
-            if top and _matches(module, LAZY_ONLY):
-                found.append(f"{path.relative_to(ROOT)}:{line}: imports {module} at module level — import it "
-                             f"inside the function that needs it")
+    for place, forbidden, why in RULES:
+        for path in _python_files(root, place):
+            for imp in read_imports(root, path):
+                if _matches(imp.module, forbidden):
+                    found.append(f"{path.relative_to(root)}:{imp.line}: imports {imp.module} — {why}")
+    for package in PACKAGES:
+        for path in _python_files(root, package):
+            for imp in read_imports(root, path):
+                if imp.top_level and _matches(imp.module, LAZY_ONLY):
+                    found.append(f"{path.relative_to(root)}:{imp.line}: imports {imp.module} at module level — "
+                                 f"import it inside the function that needs it")
     return found
+
+
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """module -> the modules of our packages it imports (edges to modules that exist as files)."""
+    graph: dict[str, set[str]] = {}
+    for package in PACKAGES:
+        for path in _python_files(root, package):
+            name = module_name(root, path)
+            targets = {imp.module for imp in read_imports(root, path)
+                       if _matches(imp.module, PACKAGES) and _module_path(root, imp.module) is not None}
+            graph[name] = targets - {name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of two or more modules (Tarjan), each as a sorted list."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups = []
+    counter = [0]
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return groups
 
 
 def test_import_arrows_of_design_md_hold():
     assert violations() == []
 
 
+def test_no_import_cycles():
+    assert cycles(import_graph()) == []
+
+
+def _plant(tmp_path: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return tmp_path
+
+
 def test_the_checker_sees_a_forbidden_import(tmp_path):
     """The scan must catch what it is there to catch (a panel importing torch inside a function)."""
-    bad = tmp_path / "explorer" / "panels" / "bad_panel.py"
-    bad.parent.mkdir(parents=True)
-    bad.write_text("def f():\n    import torch.nn\n    from gptcore.model import GPT\n", encoding="utf-8")
-    global ROOT
-    saved = ROOT
-    ROOT = tmp_path
-    try:
-        found = violations()
-    finally:
-        ROOT = saved
+    root = _plant(tmp_path, {"explorer/__init__.py": "", "explorer/panels/__init__.py": "",
+                             "explorer/panels/bad_panel.py":
+                                 "def f():\n    import torch.nn\n    from gptcore.model import GPT\n"})
+    found = violations(root)
     assert any("bad_panel.py:2: imports torch.nn" in f for f in found)
     assert any("bad_panel.py:3: imports gptcore.model" in f for f in found)
+
+
+def test_the_checker_resolves_relative_imports_across_a_layer(tmp_path):
+    root = _plant(tmp_path, {"explorer/__init__.py": "", "explorer/session.py": "",
+                             "explorer/panels/__init__.py": "",
+                             "explorer/panels/sneaky.py": "from ..session import Session\nfrom .. import session\n"})
+    found = violations(root)
+    assert any("sneaky.py:1: imports explorer.session" in f for f in found)
+    assert any("sneaky.py:2: imports explorer.session" in f for f in found)
+
+
+def test_the_checker_finds_a_planted_cycle_lazy_imports_included(tmp_path):
+    root = _plant(tmp_path, {
+        "explorer/__init__.py": "",
+        "explorer/a.py": "from .b import thing\n",
+        "explorer/b.py": "def thing():\n    from explorer import a  # lazy: still a cycle\n",
+        "explorer/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import x\n",
+        "gptcore/__init__.py": "",
+    })
+    assert cycles(import_graph(root)) == [["explorer.a", "explorer.b"]]  # c's TYPE_CHECKING import is no edge
 
 
 @pytest.mark.parametrize("place", ["gptcore", "explorer/panels", "explorer/session.py", "explorer/devices.py",
                                    "explorer/results.py"])
 def test_each_ruled_place_exists(place):
-    assert _python_files(place), f"{place} has no Python files: the rule would pass vacuously"
+    assert _python_files(ROOT, place), f"{place} has no Python files: the rule would pass vacuously"

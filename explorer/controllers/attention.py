@@ -1,7 +1,11 @@
 """Attention controller: prompt edits -> debounced capture in a worker -> the panel.
 
 Rules that keep it live while typing without ever drawing the past:
-- each edit restarts a single-shot QTimer (DEBOUNCE_MS); only its timeout computes;
+- each edit restarts a single-shot QTimer; only its timeout computes. Its interval follows
+  the last capture's time, between MIN_DEBOUNCE_MS and DEBOUNCE_MS: with prefix reuse a
+  keystroke's capture of a short prompt takes a few tens of ms, and waiting 80 ms for it
+  would be most of the latency; a slow capture (long prompt, big model) keeps the full
+  80 ms so a burst of keys costs one capture, not one per key;
 - at most one capture runs at a time: an edit (or head click, BOS toggle, model swap)
   during a run marks the state dirty and ONE new run starts when it finishes, so a fast
   typist never queues a backlog of forwards on two cores;
@@ -19,14 +23,15 @@ import logging
 import numpy as np
 import shiboken6
 from PySide6.QtCore import QObject, QTimer, Signal
-from PySide6.QtWidgets import QFileDialog, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFileDialog
 
-from ..errors import raised_by_our_code
 from ..panels.attention_panel import AttentionPanel
+from .base import PanelController
 
 log = logging.getLogger("explorer.attention")
 
 DEBOUNCE_MS = 80
+MIN_DEBOUNCE_MS = 20  # below this, key repeat (~30/s) would start a capture per key
 THUMB_SIZE = 64
 TASK_KEY = "attention"
 
@@ -36,21 +41,23 @@ def head_summary_text(result, layer: int, head: int) -> str:
             f" · first-token {result.first_token[layer, head]:.2f}")
 
 
-class AttentionController(QObject):
+class AttentionController(PanelController):
     """Connects an AttentionPanel to ctx.session through ctx.runner (see module docstring)."""
 
     drawn = Signal(object)  # the AttentionResult just drawn (tests record every frame)
-    dataReady = Signal()  # after the first real draw
+    view_class = AttentionPanel
+    task_keys = (TASK_KEY, "attention-census")
 
-    def __init__(self, ctx, panel: AttentionPanel, parent: QObject | None = None,
+    def __init__(self, ctx, view: AttentionPanel, parent: QObject | None = None,
                  debounce_ms: int = DEBOUNCE_MS, thumb_size: int = THUMB_SIZE):
-        super().__init__(parent)
-        self.ctx, self.panel, self.thumb_size = ctx, panel, thumb_size
+        super().__init__(ctx, view, parent)
+        panel = view
+        self.thumb_size = thumb_size
+        self.debounce_ms = debounce_ms  # the longest wait; shorter while captures are cheap
         self.result = None  # the AttentionResult on screen
         self.selected: tuple[int, int] | None = None
         self._in_flight = False
         self._dirty = False
-        self._ready_sent = False
         self._census_version = -1  # the version whose head census is on the grid (or on its way)
         self.timer = QTimer(self)
         self.timer.setSingleShot(True)
@@ -61,6 +68,27 @@ class AttentionController(QObject):
         panel.headSelected.connect(self.select_head)
         panel.ablateToggled.connect(self.toggle_ablation)
         panel.exportRequested.connect(self._export_dialog)
+        panel.set_prompt_text(ctx.prompt if ctx.prompt is not None else _default_prompt())
+
+    # -- the panel contract ------------------------------------------------------------------
+    def set_prompt(self, text: str) -> None:
+        if text == self.view.prompt_text():
+            return  # already shown or on its way (the edit that set it started the debounce)
+        self.view.set_prompt_text(text)
+        self.request()  # no need to wait for the debounce: this is not typing
+
+    @property
+    def is_ready(self) -> bool:
+        """True once real data was drawn (screenshot mode may connect after dataReady fired)."""
+        return self.result is not None
+
+    def invalidate(self, reason: str) -> None:
+        """The maps, lens, chips and zoom belong to the old model: take them off screen."""
+        self.result = None
+        self.view.clear_results(reason)
+
+    def refresh(self) -> None:
+        self.request()
 
     # -- requests --------------------------------------------------------------------------
     def request(self) -> None:
@@ -71,11 +99,11 @@ class AttentionController(QObject):
             return
         session = self.ctx.session
         if not session.has_model:
-            self.panel.set_status("waiting for a model…")
+            self.view.set_status("waiting for a model…")
             return
-        text = self.panel.prompt_text()
+        text = self.view.prompt_text()
         layer = self.selected[0] if self.selected else 0
-        bos = self.panel.bos_box.isChecked()
+        bos = self.view.prepend_bos()
         thumb = self.thumb_size
 
         def work(token, _progress):
@@ -83,7 +111,7 @@ class AttentionController(QObject):
             return session.attention(text, full_layers=(layer,), thumb_size=thumb, prepend_bos=bos)
 
         self._in_flight = True
-        self.panel.set_status("computing…")
+        self.view.set_status("computing…")
         self.ctx.runner.submit(TASK_KEY, work, on_result=self._on_result, on_error=self._on_error,
                                on_finished=self._on_finished)
 
@@ -108,15 +136,15 @@ class AttentionController(QObject):
 
         def show(census) -> None:
             # It may arrive after the view closed (nothing waits for it): then there is nothing to draw.
-            if census.version == session.version and shiboken6.isValid(self.panel):
-                self.panel.set_census(census.induction)
+            if census.version == session.version and shiboken6.isValid(self.view):
+                self.view.set_census(census.induction)
 
-        self.panel.set_census(None)
+        self.view.set_census(None)
         self.ctx.runner.submit("attention-census", work, on_result=show, on_error=self._on_error)
 
     def toggle_ablation(self, layer: int, head: int) -> None:
         """Shift+click: ablate (or restore) a head for every panel; the window then tells
-        every panel, this one included, to recompute (the session's version moved)."""
+        every panel, this one included, that its results are out of date (the session's version moved)."""
         session = self.ctx.session
         if not session.has_model:
             return
@@ -125,21 +153,18 @@ class AttentionController(QObject):
             return session.toggle_head(layer, head)
 
         def done(_state) -> None:
-            window = self.ctx.window
-            if window is not None and hasattr(window, "notify_model_changed"):
-                window.notify_model_changed()
-            else:
-                self.on_model_changed()
+            if not self.ctx.notify_ablation_changed():  # no window (unit tests): only this panel to update
+                self.on_settings_changed()
 
         self.ctx.runner.submit("ablation", work, on_result=done, on_error=self._on_error)
 
     def on_model_changed(self) -> None:
-        """The session holds a new model (or a new ablation): forget the old picture's shape and recompute."""
+        """The session holds a new model: forget the old picture's shape, clear it, recompute."""
         if self.selected and self.ctx.session.config is not None:
             cfg = self.ctx.session.config
             if self.selected[0] >= cfg.n_layer or self.selected[1] >= cfg.n_head:
                 self.selected = None
-        self.request()
+        super().on_model_changed()
 
     # -- results (GUI thread) ------------------------------------------------------------
     def _on_result(self, result) -> None:
@@ -148,19 +173,21 @@ class AttentionController(QObject):
             self._dirty = True  # the swap's own request may have been absorbed by this run
             return
         self.result = result
-        self.panel.set_attention(result)
-        self.panel.set_ablated(self.ctx.session.ablation.heads)
+        capture_ms = result.forward_s * 1000
+        self.timer.setInterval(int(min(self.debounce_ms, max(MIN_DEBOUNCE_MS, capture_ms))))
+        self.view.set_attention(result)
+        self.view.set_ablated(self.ctx.session.ablation.heads)
         self._show_census(result.version)
         if result.n_tokens:
             if self.selected is None or self.selected[0] >= result.n_layer or self.selected[1] >= result.n_head:
                 flat = int(np.argmax(result.prev_token))  # open on the clearest head type there is
                 self.selected = divmod(flat, result.n_head)
             self._show_selected()
-        self.panel.set_status(f"{result.n_tokens} tokens · capture {result.forward_s * 1000:.0f} ms")
+            if not result.has_full(self.selected[0]):
+                self._dirty = True  # the zoom's "full resolution coming…": ask for it when this run ends
+        self.view.set_status(f"{result.n_tokens} tokens · capture {result.forward_s * 1000:.0f} ms")
         self.drawn.emit(result)
-        if not self._ready_sent:
-            self._ready_sent = True
-            self.dataReady.emit()
+        self.mark_ready()
 
     def _show_selected(self) -> None:
         r, (layer, head) = self.result, self.selected
@@ -168,21 +195,16 @@ class AttentionController(QObject):
             return
         summary = head_summary_text(r, layer, head)
         if r.has_full(layer):
-            self.panel.show_head(layer, head, r.pattern(layer, head), summary)
+            self.view.show_head(layer, head, r.pattern(layer, head), summary)
         else:
-            self.panel.show_head(layer, head, r.thumbnails[layer, head], summary,
+            self.view.show_head(layer, head, r.thumbnails[layer, head], summary,
                                  pooled_note=f"pooled to {r.thumbnails.shape[-1]} bins — full resolution coming…")
 
     def _on_error(self, exc: BaseException) -> None:
-        message = str(exc) or type(exc).__name__
-        self.panel.set_error(message)
-        # Input problems we diagnosed (our own ValueErrors) stay in the panel; anything else is a bug: dialog.
-        if not (isinstance(exc, ValueError) and raised_by_our_code(exc)):
-            window = self.ctx.window
-            if window is not None and hasattr(window, "report_error"):
-                window.report_error("Attention failed", exc)
-            else:
-                log.error("attention failed", exc_info=(type(exc), exc, exc.__traceback__))
+        """The last good picture (same model, an earlier text) stays under the error; a model
+        swap has already cleared anything older (invalidate)."""
+        expl = self.report_error(exc, "Attention failed")
+        self.view.set_error(expl.message.split("\n\n")[0] if expl.input_problem else f"{expl.title}: {exc}")
 
     def _on_finished(self) -> None:
         self._in_flight = False
@@ -205,57 +227,27 @@ class AttentionController(QObject):
         )
         if r.exact:
             arrays["patterns"] = r.thumbnails  # (L, nh, T, T): the full patterns of every head
-        for layer, pattern in r.full.items():
-            arrays[f"layer{layer}_full"] = pattern
+        else:
+            for layer, pattern in r.full.items():
+                arrays[f"layer{layer}_full"] = pattern
         np.savez_compressed(path, **arrays)
 
     def _export_dialog(self, kind: str) -> None:
         filters = {"grid-png": "PNG image (*.png)", "head-png": "PNG image (*.png)", "npz": "NumPy archive (*.npz)"}
-        suggested = {"grid-png": "attention-grid.png", "head-png": "attention-head.png", "npz": "attention.npz"}
-        path, _ = QFileDialog.getSaveFileName(self.panel, "Export", suggested[kind], filters[kind])
+        suggested = {"grid-png": "attention-grid.png", "head-png": "attention-head.png", "npz": "attention-capture.npz"}
+        path, _ = QFileDialog.getSaveFileName(self.view, "Export", self.ctx.file_path(suggested[kind]), filters[kind])
         if not path:
             return
+        self.ctx.remember_folder_of(path)
         try:
             if kind == "npz":
                 self.export_npz(path)
-            elif not (self.panel.export_grid_png(path) if kind == "grid-png" else self.panel.export_head_png(path)):
+            elif not (self.view.export_grid_png(path) if kind == "grid-png" else self.view.export_head_png(path)):
                 raise OSError(f"could not write {path}; pick a folder you can write to")
         except (OSError, ValueError) as exc:
-            self.panel.set_error(str(exc))
+            self.view.set_error(self.report_error(exc, "Export failed").message)
             return
-        window = self.ctx.window
-        if window is not None and hasattr(window, "show_message"):
-            window.show_message(f"Exported {path}", 5000)
-
-
-class AttentionView(QWidget):
-    """What the registry's factory returns: the panel plus its controller."""
-
-    dataReady = Signal()
-
-    def __init__(self, ctx, parent: QWidget | None = None, debounce_ms: int = DEBOUNCE_MS):
-        super().__init__(parent)
-        self.panel = AttentionPanel()
-        self.controller = AttentionController(ctx, self.panel, parent=self, debounce_ms=debounce_ms)
-        self.controller.dataReady.connect(self.dataReady)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.panel)
-        self.panel.set_prompt_text(ctx.prompt if ctx.prompt is not None else _default_prompt())
-
-    @property
-    def is_ready(self) -> bool:
-        """True once real data was drawn (screenshot mode may connect after dataReady fired)."""
-        return self.controller.result is not None
-
-    def set_prompt(self, text: str) -> None:
-        if text == self.panel.prompt_text():
-            return  # already shown or on its way (the edit that set it started the debounce)
-        self.panel.set_prompt_text(text)
-        self.controller.request()  # no need to wait for the debounce: this is not typing
-
-    def on_model_changed(self) -> None:
-        self.controller.on_model_changed()
+        self.ctx.show_message(f"Exported {path}", 5000)
 
 
 def _default_prompt() -> str:

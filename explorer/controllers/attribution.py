@@ -18,10 +18,10 @@ import logging
 
 import shiboken6
 from PySide6.QtCore import QObject, QTimer, Signal
-from PySide6.QtWidgets import QFileDialog, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFileDialog
 
-from ..errors import raised_by_our_code
 from ..panels.attribution_panel import AUTO_CONTRAST, AUTO_TARGET, NO_CONTRAST, AttributionPanel
+from .base import MODEL_CHANGED, PanelController
 
 log = logging.getLogger("explorer.attribution")
 
@@ -31,21 +31,22 @@ DEFAULT_CORRUPT = "When Mary and John went to the store, Mary gave a drink to"
 KEYS = dict(dla="attribution", patch="patching", cell="patched-cell", census="census", ablation="ablation")
 
 
-class AttributionController(QObject):
+class AttributionController(PanelController):
     drawn = Signal(object)  # the AttributionResult just drawn
     patched = Signal(object)  # the PatchingResult just drawn
     censusDrawn = Signal(object)
-    dataReady = Signal()
+    view_class = AttributionPanel
+    task_keys = tuple(KEYS.values())
 
-    def __init__(self, ctx, panel: AttributionPanel, parent: QObject | None = None, debounce_ms: int = DEBOUNCE_MS):
-        super().__init__(parent)
-        self.ctx, self.panel = ctx, panel
+    def __init__(self, ctx, view: AttributionPanel, parent: QObject | None = None, debounce_ms: int = DEBOUNCE_MS):
+        super().__init__(ctx, view, parent)
+        self.panel = panel = view
         self.result = None  # AttributionResult on screen
         self.patch_result = None  # PatchingResult on screen
         self.census = None
         self.target: int | None = None  # None: the model's top-1
         self.contrast: int | None | str = "auto"  # "auto": top-2; None: no contrast
-        self._in_flight = self._dirty = self._ready_sent = False
+        self._in_flight = self._dirty = False
         self._patch_answered = True
         self.timer = QTimer(self)
         self.timer.setSingleShot(True)
@@ -62,7 +63,35 @@ class AttributionController(QObject):
         panel.cancelRequested.connect(lambda: self.ctx.runner.cancel(KEYS["patch"]))
         panel.cellClicked.connect(self.show_cell)
         panel.exportRequested.connect(self._export_dialog)
+        panel.corrupt.setPlainText(DEFAULT_CORRUPT)
+        panel.set_prompt_text(ctx.prompt if ctx.prompt is not None else DEFAULT_PROMPT)
         self._show_ablation()
+        self.request_census()
+
+    # -- the panel contract ------------------------------------------------------------------
+    @property
+    def is_ready(self) -> bool:
+        return self.result is not None
+
+    def set_prompt(self, text: str) -> None:
+        if text == self.panel.prompt_text():
+            return
+        self.panel.set_prompt_text(text)
+        self.request()
+
+    def invalidate(self, reason: str) -> None:
+        """A new model: its shape may differ, so the maps go; a new ablation: what is drawn is
+        marked out of date until the recomputation lands (patching waits for Run)."""
+        self.panel.set_status(reason)
+        if reason == MODEL_CHANGED:
+            self.result = self.patch_result = self.census = None
+            self.panel.clear_results(reason)
+        elif self.patch_result is not None:
+            self.panel.set_patch_message(f"{reason}: these maps are from before; Run again", error=True)
+
+    def refresh(self) -> None:
+        self.request()
+        self.request_census()
 
     @property
     def session(self):
@@ -98,9 +127,7 @@ class AttributionController(QObject):
         self.panel.set_attribution(result)
         self.panel.set_status(f"{len(result.tokens)} tokens · {result.elapsed_s * 1000:.0f} ms")
         self.drawn.emit(result)
-        if not self._ready_sent:
-            self._ready_sent = True
-            self.dataReady.emit()
+        self.mark_ready()
 
     def _on_error(self, exc: BaseException) -> None:
         self._show_error("Attribution failed", exc)
@@ -112,17 +139,13 @@ class AttributionController(QObject):
             self.request()
 
     def _show_error(self, title: str, exc: BaseException, patching: bool = False) -> None:
-        message = str(exc) or type(exc).__name__
+        """The one error path: an input problem stays in the panel; a bug also opens the dialog."""
+        expl = self.report_error(exc, title)
+        message = expl.message.split("\n\n")[0] if expl.input_problem else f"{expl.title}: {exc}"
         if patching:
             self.panel.set_patch_message(message, error=True)
         else:
             self.panel.set_message(message)
-        if not (isinstance(exc, ValueError) and raised_by_our_code(exc)):
-            window = self.ctx.window
-            if window is not None and hasattr(window, "report_error"):
-                window.report_error(title, exc)
-            else:
-                log.error("%s", title, exc_info=(type(exc), exc, exc.__traceback__))
 
     # -- target and contrast -------------------------------------------------------------------
     def _resolve(self, text: str) -> int | None:
@@ -183,11 +206,8 @@ class AttributionController(QObject):
 
     def _ablation_changed(self, _state) -> None:
         self._show_ablation()
-        window = self.ctx.window
-        if window is not None and hasattr(window, "notify_model_changed"):
-            window.notify_model_changed()  # every panel recomputes with the ablated model (us included)
-        else:
-            self.on_model_changed()
+        if not self.ctx.notify_ablation_changed():  # the window tells every panel, us included
+            self.on_settings_changed()
 
     def _show_ablation(self) -> None:
         state = self.session.ablation
@@ -265,10 +285,10 @@ class AttributionController(QObject):
         self.panel.set_census(census.rows(), self.session.ablation.heads)
         self.censusDrawn.emit(census)
 
-    # -- model swaps -----------------------------------------------------------------------------
+    # -- model swaps and ablation changes ---------------------------------------------------------
     def on_model_changed(self) -> None:
-        """A new model or a new ablation: recompute what is shown; picks of token ids stay
-        (they are GPT-2 ids) unless the new vocabulary cannot hold them."""
+        """A new model (its ablation is cleared): picked token ids stay unless the new
+        vocabulary cannot hold them; then clear and recompute (the base contract)."""
         cfg = self.session.config
         if cfg is not None:
             if self.target is not None and self.target >= cfg.vocab_size:
@@ -276,17 +296,20 @@ class AttributionController(QObject):
             if isinstance(self.contrast, int) and self.contrast >= cfg.vocab_size:
                 self.contrast = "auto"
         self._show_ablation()
-        if self.patch_result is not None and self.patch_result.version != self.session.version:
-            self.panel.set_patch_message("these maps were computed before the model or ablation changed; Run again")
-        self.request()
-        self.request_census()
+        super().on_model_changed()
+
+    def on_settings_changed(self) -> None:
+        """The ablation changed (here or in another panel): mark, then recompute."""
+        self._show_ablation()
+        super().on_settings_changed()
 
     # -- export ----------------------------------------------------------------------------------
     def _export_dialog(self, key: str, fmt: str) -> None:
-        suggested = f"attribution-{key}.{fmt}"
         filters = "CSV (*.csv)" if fmt == "csv" else "PNG image (*.png)"
-        path, _ = QFileDialog.getSaveFileName(self.panel, "Export", suggested, filters)
+        path, _ = QFileDialog.getSaveFileName(self.panel, "Export", self.ctx.file_path(f"attribution-{key}.{fmt}"),
+                                              filters)
         if path:
+            self.ctx.remember_folder_of(path)
             self.export(key, fmt, path)
 
     def export(self, key: str, fmt: str, path: str) -> None:
@@ -294,39 +317,6 @@ class AttributionController(QObject):
             if not self.panel.export(key, fmt, path):
                 raise OSError(f"could not write {path}; pick a folder you can write to")
         except OSError as exc:
-            self.panel.set_message(str(exc))
+            self.panel.set_message(self.report_error(exc, "Export failed").message)
             return
-        window = self.ctx.window
-        if window is not None and hasattr(window, "show_message"):
-            window.show_message(f"Exported {path}", 5000)
-
-
-class AttributionView(QWidget):
-    """What the registry's factory returns: the panel plus its controller."""
-
-    dataReady = Signal()
-
-    def __init__(self, ctx, parent: QWidget | None = None, debounce_ms: int = DEBOUNCE_MS):
-        super().__init__(parent)
-        self.panel = AttributionPanel()
-        self.controller = AttributionController(ctx, self.panel, parent=self, debounce_ms=debounce_ms)
-        self.controller.dataReady.connect(self.dataReady)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.panel)
-        self.panel.corrupt.setPlainText(DEFAULT_CORRUPT)
-        self.panel.set_prompt_text(ctx.prompt if ctx.prompt is not None else DEFAULT_PROMPT)
-        self.controller.request_census()
-
-    @property
-    def is_ready(self) -> bool:
-        return self.controller.result is not None
-
-    def set_prompt(self, text: str) -> None:
-        if text == self.panel.prompt_text():
-            return
-        self.panel.set_prompt_text(text)
-        self.controller.request()
-
-    def on_model_changed(self) -> None:
-        self.controller.on_model_changed()
+        self.ctx.show_message(f"Exported {path}", 5000)

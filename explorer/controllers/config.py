@@ -7,18 +7,20 @@ when the estimate exceeds free memory, and swaps the model into the session.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 
-from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import QVBoxLayout, QWidget
+from PySide6.QtCore import QObject
 
-from gptcore.config import PRESETS, ConfigError, GPTConfig
-from gptcore.params import count_parameters, format_bytes, format_count
+from gptcore.config import GPT2_VOCAB, PRESETS, ConfigError, GPTConfig
+from gptcore.config import describe_parts, preset_name
+from gptcore.params import count_parameters, format_bytes, format_count, modern_differences
 
+from ..context import PanelContext
 from ..panels.config_panel import ConfigPanel
 from ..panels.param_readout import ComponentRow, ParamReadout
-from ..registry import PanelContext
 from ..workers import MODEL_TASK
+from .base import PanelController
 
 PRESET_ORDER = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilgpt2")
 SETTINGS_KEY = "config_panel"
@@ -36,6 +38,7 @@ def readout_for(cfg: GPTConfig) -> ParamReadout:
         kaplan_non_embedding=count.total - comps["token embedding"].total - comps["position embedding"].total
         - comps["output head"].total,
         components=tuple(ComponentRow(c.name, c.per_block, c.total, c.in_blocks) for c in comps.values()),
+        parts=describe_parts(cfg), differences=tuple(modern_differences(cfg)),
         memory=(
             ("weights fp32", format_bytes(count.memory_bytes("fp32"))),
             ("weights bf16", format_bytes(count.memory_bytes("bf16"))),
@@ -46,56 +49,78 @@ def readout_for(cfg: GPTConfig) -> ParamReadout:
 
 
 def preset_of(values: dict) -> str | None:
-    """The preset these values equal exactly, if any."""
-    for name in PRESET_ORDER:
-        try:
-            if GPTConfig.preset(name).to_dict() == values:
-                return name
-        except ConfigError:
-            continue
-    return None
+    """The preset these form values equal (dropout aside), if any; None for invalid values too."""
+    try:
+        return preset_name(GPTConfig(**values))
+    except (ConfigError, TypeError, ValueError):
+        return None
 
 
-class ConfigController(QObject):
-    def __init__(self, ctx: PanelContext, panel: ConfigPanel):
-        super().__init__(panel)
+class ConfigController(PanelController):
+    view_class = ConfigPanel
+
+    def __init__(self, ctx: PanelContext, view: ConfigPanel, parent: QObject | None = None):
+        super().__init__(ctx, view, parent)
         from gptcore.init import INIT_SCHEMES
 
-        self.ctx, self.panel = ctx, panel
+        panel = view
         self.config: GPTConfig = GPTConfig.preset("gpt2")  # last valid config in the form
         panel.set_presets([p for p in PRESET_ORDER if p in PRESETS])
         saved = self._load_settings()
         panel.set_init_schemes(INIT_SCHEMES, saved.get("init_scheme", "gpt2"))
         if isinstance(saved.get("seed"), int):
-            panel.seed.setValue(saved["seed"])
+            panel.set_seed(saved["seed"])
         panel.configEdited.connect(self.on_edited)
         panel.presetChosen.connect(self.on_preset)
         panel.buildRequested.connect(self.on_build)
+        panel.buildCancelled.connect(self.cancel_build)
+        self._build_outcome: str | None = None  # "built" / "failed" once the running build ended
         session = ctx.session
         if session is not None and session.has_model:
             self.on_model_changed()
         else:
             self.show_config(self.config)
+        self.mark_ready()  # the readout is drawn synchronously, here
+
+    def focus_form(self) -> None:
+        self.view.focus_form()
 
     # -- readout ---------------------------------------------------------------------------------
     def show_config(self, cfg: GPTConfig) -> None:
-        values = cfg.to_dict()
-        self.panel.set_values(values, preset_of(values))
+        values = dataclasses.asdict(cfg)  # every field (to_dict leaves out modern parts at GPT-2's value)
+        self.view.set_values(values, preset_of(values))
         self.on_edited(values)
 
     def on_edited(self, values: dict) -> None:
         try:
             cfg = GPTConfig(**values)
         except ConfigError as exc:
-            self.panel.set_field_error(exc.field, str(exc))
+            self.view.set_field_error(exc.field, str(exc))
             return
         except (TypeError, ValueError) as exc:  # a value of the wrong type that validation did not name
-            self.panel.set_field_error(next(iter(values)), str(exc))
+            self.view.set_field_error(next(iter(values)), str(exc))
             return
         self.config = cfg
-        self.panel.set_field_error(None)
-        self.panel.set_preset(preset_of(values))
-        self.panel.set_readout(readout_for(cfg))
+        self.view.set_field_error(None)
+        self.view.set_preset(preset_of(values))
+        self.view.set_readout(readout_for(cfg))
+        ids = self._tokenizer_ids()
+        if cfg.vocab_size < ids:
+            self.view.set_field_warning(
+                "vocab_size", f"vocab_size {cfg.vocab_size:,} is below the tokenizer's {ids:,} ids: a model built "
+                f"with it can only read text whose tokens are all below {cfg.vocab_size:,} — Attention and "
+                f"Generation will name any other token. Fine for a toy model; {ids:,} covers every token.")
+        else:
+            self.view.set_field_warning(None)
+
+    def _tokenizer_ids(self) -> int:
+        session = self.ctx.session
+        if session is None:
+            return GPT2_VOCAB
+        try:
+            return int(session.tokenizer.n_vocab)
+        except Exception:  # noqa: BLE001 - no usable tokenizer: nothing to compare against
+            return GPT2_VOCAB
 
     def on_preset(self, name: str) -> None:
         self.show_config(GPTConfig.preset(name))
@@ -107,60 +132,63 @@ class ConfigController(QObject):
         session, cfg = self.ctx.session, self.config
         self._save_settings(scheme, seed)
         if session is None:
-            self.panel.set_build_status("The app is still starting; try again in a moment.", error=True)
+            self.view.set_build_status("The app is still starting; try again in a moment.", error=True)
             return
         try:
             session.check_fits(cfg)
         except BuildRefused as exc:
-            self.panel.set_build_status(f"Not built: {exc}", error=True)
-            self._message(f"Build refused: {exc}")
+            self.view.set_build_status(f"Not built: {self.report_error(exc, 'Build refused').message}", error=True)
             return
-        self.panel.set_build_busy(True)
-        self.panel.set_build_status(f"Building {format_count(count_parameters(cfg).total)} parameters…")
+        self.view.set_build_busy(True)
+        self._build_outcome = None
+        preset = preset_of(cfg.to_dict())
+        name = f"{preset} shape ({scheme} init)" if preset else None  # None: the session names the shape
+        self.view.set_build_status(f"Building {format_count(count_parameters(cfg).total)} parameters…")
 
         def work(token, progress):
-            return session.build(cfg.to_dict(), scheme, seed, progress, cancel=token)
+            return session.build(cfg.to_dict(), scheme, seed, progress, name=name, cancel=token)
 
         self.ctx.runner.submit(MODEL_TASK, work, on_result=self._built, on_error=self._build_failed,
-                               on_progress=self.panel.set_build_progress,
-                               on_finished=lambda: self.panel.set_build_busy(False))
+                               on_progress=self.view.set_build_progress, on_finished=self._build_finished)
+
+    def cancel_build(self) -> None:
+        """Stop the build between two layers; the current model stays."""
+        self.ctx.runner.cancel(MODEL_TASK)
+        self.view.set_build_status("Cancelling…")
+
+    def _build_finished(self) -> None:
+        """Neither built nor failed: cancelled (here or in the status bar) or superseded by a load."""
+        self.view.set_build_busy(False)
+        if self._build_outcome is None:
+            session = self.ctx.session
+            current = session.info.name if session is not None and session.has_model else "none yet"
+            self.view.set_build_status(f"Build cancelled; the current model ({current}) stays.")
 
     def _built(self, info) -> None:
-        self.panel.set_build_status(f"Built {info.name}: {info.n_params:,} parameters on {info.device}.")
-        if self.ctx.window is not None:
-            self.ctx.window.notify_model_changed()  # status bar + every panel, this one included
-        else:
+        self._build_outcome = "built"
+        self.view.set_build_status(f"Built {info.name}: {info.n_params:,} parameters on {info.device}.")
+        if not self.ctx.notify_model_changed():  # status bar + every panel, this one included
             self.on_model_changed()
 
     def _build_failed(self, exc: BaseException) -> None:
-        from ..errors import explain
-
-        expl = explain(exc)
-        self.panel.set_build_status(f"Not built: {expl.message}", error=True)
-        if self.ctx.window is not None:
-            self.ctx.window.report_error("Build failed", exc)
+        self._build_outcome = "failed"
+        expl = self.report_error(exc, "Build failed")
+        self.view.set_build_status(f"Not built: {expl.message}", error=True)
 
     # -- model swaps, settings -------------------------------------------------------------------------
     def on_model_changed(self) -> None:
         if not self.ctx.runner.is_running(MODEL_TASK):
-            self.panel.set_build_busy(False)  # a Build superseded by a load gets no on_finished of its own
+            self.view.set_build_busy(False)  # a Build superseded by a load gets no on_finished of its own
         info = self.ctx.session.info
-        kind = "trained" if info.trained else "untrained"
-        self.panel.set_loaded_model(
+        kind = info.status_word
+        self.view.set_loaded_model(
             f"Current model: <b>{info.name}</b> — {kind}, {info.n_params:,} parameters on {info.device}. "
             f"The form shows its config; edit it to explore, then Build.")
         if info.config:
             self.show_config(GPTConfig.from_dict(info.config))
 
-    def _message(self, text: str) -> None:
-        if self.ctx.window is not None:
-            self.ctx.window.show_message(text, 10000)
-
-    def _settings(self):
-        return getattr(self.ctx.window, "settings", None)
-
     def _load_settings(self) -> dict:
-        settings = self._settings()
+        settings = self.ctx.settings
         if settings is None:
             return {}
         try:
@@ -170,27 +198,6 @@ class ConfigController(QObject):
         return saved if isinstance(saved, dict) else {}  # a damaged settings file must not break the panel
 
     def _save_settings(self, scheme: str, seed) -> None:
-        settings = self._settings()
+        settings = self.ctx.settings
         if settings is not None:
             settings.setValue(SETTINGS_KEY, json.dumps({"init_scheme": scheme, "seed": -1 if seed is None else seed}))
-
-
-class ConfigPage(QWidget):
-    """The panel view composed with its controller: what the registry's factory returns."""
-
-    dataReady = Signal()
-
-    def __init__(self, ctx: PanelContext, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.view = ConfigPanel()
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.view)
-        self.controller = ConfigController(ctx, self.view)
-        self.is_ready = True  # the readout is drawn synchronously in the constructor
-
-    def on_model_changed(self) -> None:
-        self.controller.on_model_changed()
-
-    def focus_form(self) -> None:
-        self.view.inputs["n_layer"].setFocus()

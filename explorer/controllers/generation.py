@@ -20,13 +20,13 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from PySide6.QtCore import QTimer, Signal
-from PySide6.QtWidgets import QVBoxLayout, QWidget
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from gptcore.sampling import GPT2_VOCAB, default_vocab_limit
 
+from ..panels.formatting import format_prob
 from ..panels.generation_panel import GenerationPanel
-from ..panels.token_stream import format_prob
+from .base import PanelController
 
 LOGITS_KEY = "generation.logits"
 RUN_KEY = "generation.run"
@@ -41,6 +41,8 @@ class _Run:
 
     version: int
     max_new_tokens: int
+    model_name: str = ""  # who writes this text (a later model swap says so next to it)
+    outdated: bool = False  # the model changed since: the status line says who wrote it
     tokens: "queue.SimpleQueue" = field(default_factory=queue.SimpleQueue)  # (GeneratedToken, seconds)
     shown: int = 0
     produced: int = 0  # tokens the engine yielded (written by the worker)
@@ -50,26 +52,24 @@ class _Run:
     error: str = ""
 
 
-class GenerationPane(QWidget):
-    """The registry widget: GenerationPanel + the logic that feeds it."""
+class GenerationController(PanelController):
+    """Feeds a GenerationPanel: the live distribution and streamed generation."""
 
-    dataReady = Signal()  # the distribution is drawn (and the --prompt generation, if any, is done)
     generationFinished = Signal(str)  # why it ended: "done", "stopped", "model changed", "error"
+    task_keys = (LOGITS_KEY, RUN_KEY)
 
-    def __init__(self, ctx, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.ctx = ctx
+    @classmethod
+    def make_view(cls, ctx) -> GenerationPanel:
+        return GenerationPanel(vocab_size=_drawable_vocab(ctx.session))
+
+    def __init__(self, ctx, view: GenerationPanel, parent: QObject | None = None):
+        super().__init__(ctx, view, parent)
         self.session = ctx.session
         self.runner = ctx.runner
-        self.view = GenerationPanel(vocab_size=self._drawable_vocab())
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.view)
 
         self.logits = None  # NextTokenLogits for the current prompt and model, or None
         self.distribution = None  # the Distribution last drawn
         self._run: _Run | None = None
-        self._ready_sent = False
         self._drawn = False  # bars, or the reason there are none, are on screen
         self._generate_when_ready = False  # set by set_prompt: generate once the logits are in
         self._hold_ready_for_run = False
@@ -92,16 +92,7 @@ class GenerationPane(QWidget):
         if self.session.has_model:
             self.refresh_logits()
 
-    def _drawable_vocab(self) -> int:
-        """Top-k's ceiling: the model's vocabulary without padding ids (never drawn)."""
-        return default_vocab_limit(self.session.config.vocab_size) if self.session.has_model else GPT2_VOCAB
-
-    @property
-    def is_ready(self) -> bool:
-        """True once dataReady was emitted (screenshot mode checks it on a late connect)."""
-        return self._ready_sent
-
-    # -- registry hooks --------------------------------------------------------------------
+    # -- the panel contract ------------------------------------------------------------------
     def set_prompt(self, text: str) -> None:
         """Show `text`, draw its distribution, then generate a short continuation, so that
         a screenshot (`--prompt`) shows both; `dataReady` waits for that generation."""
@@ -112,16 +103,25 @@ class GenerationPane(QWidget):
         if self.session.has_model:
             self.refresh_logits()
 
-    def on_model_changed(self) -> None:
-        """A new model: the running generation stops (its text stays, marked), the cached
-        logits are dropped and the distribution is recomputed with the new model."""
+    def invalidate(self, reason: str) -> None:
+        """A new model: the running generation stops; the text on screen stays but says which
+        model wrote it; the bars (the old model's distribution) are taken down."""
         if self._run is not None:
             self._finish_run("model changed")
         self.runner.cancel(RUN_KEY)
+        shown = self.last_run
+        if shown is not None and shown.shown and not shown.outdated:
+            shown.outdated = True
+            self.view.set_stream_status(f"{self._status_text(shown, final=True)} — written by {shown.model_name}, "
+                                        f"the previous model; press Generate for this one")
         self.logits = None
-        if self.session.has_model:
-            self.view.set_vocab_size(self._drawable_vocab())
-            self.refresh_logits()
+        self.distribution = None
+        empty = np.zeros(0)
+        self.view.set_distribution([], empty, empty, caption="<b>Next token</b>", note=_escape(reason) + "; recomputing…")
+
+    def refresh(self) -> None:
+        self.view.set_vocab_size(_drawable_vocab(self.session))
+        self.refresh_logits()
 
     # -- the distribution ------------------------------------------------------------------
     def refresh_logits(self) -> None:
@@ -148,7 +148,9 @@ class GenerationPane(QWidget):
 
     def _on_logits_error(self, exc: BaseException) -> None:
         self.logits = None
-        self._show_problem(f"Cannot compute the distribution: {exc}")
+        expl = self.report_error(exc, "Next-token distribution")
+        detail = expl.message.split("\n\n")[0] if expl.input_problem else f"{expl.title}: {exc}"
+        self._show_problem(f"Cannot compute the distribution: {detail}")
 
     def redraw_distribution(self) -> None:
         """Re-apply the current settings to the cached logits (no forward) and redraw."""
@@ -158,7 +160,8 @@ class GenerationPane(QWidget):
         try:
             dist = self.session.distribution(self.logits, **{k: settings[k] for k in SHAPING_SETTINGS})
         except (ValueError, RuntimeError) as exc:  # NaN logits (GenerationError), impossible settings
-            self._show_problem(str(exc))
+            expl = self.report_error(exc, "Next-token distribution")
+            self._show_problem(expl.message.split("\n\n")[0] if expl.input_problem else f"{expl.title}: {exc}")
             return
         self.distribution = dist
         self._drawn = True
@@ -211,9 +214,8 @@ class GenerationPane(QWidget):
         return ""
 
     def _maybe_ready(self) -> None:
-        if not self._ready_sent and not self._hold_ready_for_run and self._drawn:
-            self._ready_sent = True
-            self.dataReady.emit()
+        if not self._hold_ready_for_run and self._drawn:
+            self.mark_ready()
 
     # -- generation ------------------------------------------------------------------------
     @property
@@ -228,7 +230,7 @@ class GenerationPane(QWidget):
         session = self.session
         settings = self.view.settings()
         context = session.prompt_context(self.view.prompt_text())
-        run = _Run(version=session.version, max_new_tokens=settings["max_new_tokens"])
+        run = _Run(version=session.version, max_new_tokens=settings["max_new_tokens"], model_name=session.info.name)
         self._run = run
         self.generated_ids = []
         self.view.start_stream(context.text, _stream_note(context))
@@ -272,19 +274,22 @@ class GenerationPane(QWidget):
             self.view.append_token(token.text, token.prob, token.alternatives)
         self._show_rate(run, final=False)
 
-    def _show_rate(self, run: _Run, final: bool) -> None:
+    def _status_text(self, run: _Run, final: bool) -> str:
         rate = self._rate(run)
-        figure = f"{rate:.1f} tokens/s" if rate is not None else ""
         status = f"{run.shown} token{'s' if run.shown != 1 else ''}"
-        if figure:
-            status += f" · {figure}"
+        if rate is not None:
+            status += f" · {rate:.1f} tokens/s"
         if final:
             status += f" · {run.end_reason or 'done'}"
             if run.error:
                 status += f": {run.error[:160]}"
-        self.view.set_stream_status(status)
-        if figure and self.ctx.window is not None:
-            self.ctx.window.set_activity(f"generation: {figure}")
+        return status
+
+    def _show_rate(self, run: _Run, final: bool) -> None:
+        self.view.set_stream_status(self._status_text(run, final))
+        rate = self._rate(run)
+        if rate is not None:
+            self.ctx.set_activity(f"generation: {rate:.1f} tokens/s")
 
     @staticmethod
     def _rate(run: _Run) -> float | None:
@@ -327,8 +332,12 @@ class GenerationPane(QWidget):
         return self.view.stream.generated_text()
 
     def _report(self, exc_or_text) -> None:
-        if self.ctx.window is not None:
-            self.ctx.window.report_error("Generation", exc_or_text)
+        self.report_error(exc_or_text, "Generation")
+
+
+def _drawable_vocab(session) -> int:
+    """Top-k's ceiling: the model's vocabulary without padding ids (never drawn)."""
+    return default_vocab_limit(session.config.vocab_size) if session.has_model else GPT2_VOCAB
 
 
 def _stream_note(ctx) -> str:

@@ -11,15 +11,14 @@ the sweep takes seconds; "Loaded model's" switches to the current model's shape.
 """
 from __future__ import annotations
 
-import logging
 import os
 
 from PySide6.QtCore import QObject, QTimer, Signal
-from PySide6.QtWidgets import QFileDialog, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFileDialog
 
 from ..panels.residual_panel import ResidualPanel
+from .base import PanelController
 
-log = logging.getLogger("explorer.residual")
 
 TASK_KEY = "residual"
 REFERENCE_KEY = "residual-reference"
@@ -29,46 +28,99 @@ START_SHAPE = (48, 64, 4)  # n_layer, n_embd, n_head of the first sweep
 def probe_overrides(settings: dict, block_size: int) -> dict:
     """The GPTConfig fields the panel sets; block_size grows to fit the prompts."""
     return dict(n_layer=settings["n_layer"], n_embd=settings["n_embd"], n_head=settings["n_head"],
-                ln_placement=settings["ln_placement"], residual=settings["residual"],
+                ln_placement=settings["ln_placement"], norm=settings.get("norm", "layernorm"),
+                residual=settings["residual"],
                 block_size=max(block_size, settings["length"]), dropout=0.0)
 
 
+# What a result depends on, per view (the scheme ticks, band and log y only change the drawing).
+_MEASURED = ("n_layer", "n_embd", "n_head", "ln_placement", "norm", "residual", "compare", "batch", "length", "seeds", "text")
+MEASURED_BY_VIEW = {"norms": _MEASURED + ("metric",), "gradients": _MEASURED + ("quantity",)}
+SETTING_NAMES = {"n_layer": "layers", "n_embd": "width", "n_head": "heads", "ln_placement": "LayerNorm placement", "norm": "norm",
+                 "residual": "residual connections", "compare": "the dashed comparison", "batch": "batch",
+                 "length": "length", "seeds": "seeds", "text": "text", "metric": "norm", "quantity": "gradient"}
+
+
+def changed_settings(view: str, measured: dict, now: dict) -> list[str]:
+    """The settings (by their labels) that differ between a drawn result and the controls."""
+    return [SETTING_NAMES[k] for k in MEASURED_BY_VIEW[view] if measured.get(k) != now.get(k)]
+
+
 def describe(settings: dict) -> str:
-    arch = f"{settings['ln_placement']}-LN, {'with' if settings['residual'] else 'WITHOUT'} residual connections"
+    norm = "RMSNorm" if settings.get("norm") == "rmsnorm" else "LN"
+    arch = f"{settings['ln_placement']}-{norm}, {'with' if settings['residual'] else 'WITHOUT'} residual connections"
     return (f"{settings['n_layer']} layers × {settings['n_embd']} wide, {settings['n_head']} heads · {arch} · "
             f"{len(settings['seeds'])} seeds")
 
 
-class ResidualController(QObject):
-    dataReady = Signal()  # after the first real draw
+class ResidualController(PanelController):
     drawn = Signal(str, object)  # (view, the session result drawn): tests record frames
+    task_keys = (TASK_KEY, REFERENCE_KEY)
 
-    def __init__(self, ctx, panel: ResidualPanel, parent: QObject | None = None):
-        super().__init__(parent)
-        self.ctx, self.panel = ctx, panel
+    @classmethod
+    def make_view(cls, ctx) -> ResidualPanel:
+        from gptcore.init import INIT_SCHEMES
+
+        view = ResidualPanel(INIT_SCHEMES)
+        view.set_shape(*START_SHAPE)
+        view.log_box.setChecked(True)  # growth is multiplicative: log y shows every scheme
+        return view
+
+    def __init__(self, ctx, view: ResidualPanel, parent: QObject | None = None, autorun: bool = True):
+        super().__init__(ctx, view, parent)
+        panel = view
         self.results: dict[str, object] = {}  # view -> last result drawn
         self.last_settings: dict[str, dict] = {}
-        self._ready_sent = False
+        self.probe_bases: dict[str, dict] = {}  # view -> the model-derived config the sweep ran on
+        self.statuses: dict[str, str] = {}  # view -> its status line (the view shown says its own)
         panel.runRequested.connect(self.run)
         panel.cancelRequested.connect(self.cancel)
         panel.exportRequested.connect(self._export_dialog)
         panel.viewChanged.connect(self._view_changed)
         panel.modelShapeRequested.connect(self.use_model_shape)
+        panel.measurementEdited.connect(self.update_stale_mark)
+        if autorun:
+            QTimer.singleShot(0, self, self.run)  # the first sweep starts as soon as the panel exists
+
+    @property
+    def is_ready(self) -> bool:
+        return bool(self.results)
+
+    def _set_status(self, view: str, text: str) -> None:
+        self.statuses[view] = text
+        if view == self.view.current_view:
+            self.view.set_status(text)
+
+    def update_stale_mark(self) -> None:
+        """Say when the plot shown was measured with other settings or on another model's parts."""
+        view = self.view.current_view
+        measured = self.last_settings.get(view)
+        if measured is None:
+            self.view.set_stale(None)
+            return
+        reasons = []
+        changed = changed_settings(view, measured, self.view.settings())
+        if changed:
+            reasons.append(f"{', '.join(changed)} changed since this run")
+        session = self.ctx.session
+        if session.has_model and self.probe_bases.get(view) not in (None, self._probe_base(measured)):
+            reasons.append("the loaded model changed (its vocabulary and parts shape these random models)")
+        self.view.set_stale("; ".join(reasons) + " — press Run to measure again." if reasons else None)
 
     # -- requests --------------------------------------------------------------------------
     def use_model_shape(self) -> None:
         cfg = self.ctx.session.config
         if cfg is not None:
-            self.panel.set_shape(cfg.n_layer, cfg.n_embd, cfg.n_head)
+            self.view.set_shape(cfg.n_layer, cfg.n_embd, cfg.n_head)
 
     def run(self, settings: dict | None = None) -> None:
-        settings = dict(settings or self.panel.settings())
+        settings = dict(settings or self.view.settings())
         session = self.ctx.session
         if not session.has_model:
-            self.panel.set_status("waiting for a model…")
+            self.view.set_status("waiting for a model…")
             return
         if not settings["schemes"]:
-            self.panel.set_status("Tick at least one init scheme to measure.")
+            self.view.set_status("Tick at least one init scheme to measure.")
             return
         view = settings["view"]
         tokens = None
@@ -104,24 +156,41 @@ class ResidualController(QObject):
                 raise
             return results
 
-        self.panel.set_busy(True)
-        self.panel.set_progress(0, steps * len(runs), "starting")
-        self.panel.set_status(f"Measuring {describe(settings)}…")
+        try:
+            base = self._probe_base(settings)
+        except ValueError as exc:  # a shape no model can have (width not divisible by heads…)
+            self._on_error(exc)
+            return
+        self.view.set_busy(True)
+        self.view.set_progress(0, steps * len(runs), "starting")
+        self._set_status(view, f"Measuring {describe(settings)}…")
         self.ctx.runner.submit(TASK_KEY, work,
-                               on_result=lambda r: self._on_result(view, settings, r),
-                               on_error=self._on_error, on_progress=self.panel.set_progress,
+                               on_result=lambda r: self._on_result(view, settings, r, base),
+                               on_error=self._on_error, on_progress=self.view.set_progress,
                                on_finished=self._on_finished)
+
+    def _probe_base(self, settings: dict) -> dict:
+        """The config the sweep's random models get from the loaded one (vocabulary, parts)."""
+        session = self.ctx.session
+        if not session.has_model:
+            return {}
+        return session.probe_config(probe_overrides(settings, session.config.block_size)).to_dict()
 
     def cancel(self) -> None:
         self.ctx.runner.cancel(TASK_KEY)
-        self.panel.set_status("Cancelled: the curves shown are the last complete run.")
+        self._set_status(self.view.current_view, "Cancelled: the curves shown are the last complete run.")
 
-    def on_model_changed(self) -> None:
-        """Re-measure the loaded model's own curve (the random-init sweep does not depend on it)."""
-        self.panel.set_reference(None)
+    def invalidate(self, reason: str) -> None:
+        """The trained model's dashed curve belongs to the old model: off. The random-init sweep
+        stays if the new model gives it the same parts; otherwise it is marked (update_stale_mark)."""
+        self.view.set_reference(None)
+        self.update_stale_mark()
+
+    def refresh(self) -> None:
+        """Re-measure the loaded model's own curve; run the first sweep if it was waiting."""
         session = self.ctx.session
         if not self.results and session.has_model and not self.ctx.runner.is_running(TASK_KEY):
-            self.run()  # the first sweep was waiting for a model
+            self.run()
             return
         settings = self.last_settings.get("norms")
         if settings is not None:
@@ -130,7 +199,7 @@ class ResidualController(QObject):
     def _measure_reference(self, settings: dict) -> None:
         """The loaded (trained) model's own curve, measured with the sweep's settings."""
         session = self.ctx.session
-        if not session.has_model or not session.info.trained:
+        if not session.has_model or session.info.status_word == "untrained":
             return
         version = session.version
 
@@ -141,20 +210,23 @@ class ResidualController(QObject):
 
         def done(ref):
             if ref is not None and ref.version == self.ctx.session.version == version:
-                self.panel.set_reference(ref.x, ref.y, ref.name)
+                self.view.set_reference(ref.x, ref.y, ref.name)
 
         self.ctx.runner.submit(REFERENCE_KEY, work, on_result=done, on_error=self._on_error)
 
     def _view_changed(self, view: str) -> None:
+        self.view.set_status(self.statuses.get(view, ""))
+        self.update_stale_mark()
         if view not in self.results and not self.ctx.runner.is_running(TASK_KEY):
             self.run()
 
     # -- results -------------------------------------------------------------------------------
-    def _on_result(self, view: str, settings: dict, results: list) -> None:
+    def _on_result(self, view: str, settings: dict, results: list, base: dict | None = None) -> None:
         result, other = results[0], (results[1] if len(results) > 1 else None)
         curves = result.curves
         self.results[view] = result
         self.last_settings[view] = settings
+        self.probe_bases[view] = base or {}
         if view == "norms":
             unit = "RMS ‖x‖/√width" if curves.quantity == "rms" else "mean ‖x‖₂ per token"
             y_label, what = unit, "Residual stream norm"
@@ -162,7 +234,7 @@ class ResidualController(QObject):
             y_label = "‖∂L/∂θ_block‖" if curves.quantity == "grad-params" else "‖∂L/∂x‖ per token at block input"
             what = "Gradient of the LM loss (random targets)"
         title = f"{what} · {describe(settings)}"
-        self.panel.set_curves(view, curves.x, curves.schemes, curves.values, labels=curves.labels,
+        self.view.set_curves(view, curves.x, curves.schemes, curves.values, labels=curves.labels,
                               y_label=y_label, title=title,
                               context={k: settings[k] for k in ("n_layer", "residual", "ln_placement")},
                               comparison=None if other is None else other.curves.values,
@@ -171,41 +243,36 @@ class ResidualController(QObject):
             current = result.version == self.ctx.session.version
             if result.reference is not None and current:
                 x = [i / 2 for i in range(len(result.reference))]
-                self.panel.set_reference(x, result.reference, result.reference_name)
+                self.view.set_reference(x, result.reference, result.reference_name)
             else:
-                self.panel.set_reference(None)
+                self.view.set_reference(None)
                 if not current:  # the model changed mid-sweep: its reference was measured on the old one
                     self._measure_reference(settings)
         steps = len(curves.schemes) * len(curves.seeds) * len(results)
         elapsed = sum(r.elapsed_s for r in results)
         twice = " × 2 residual settings" if other is not None else ""
-        self.panel.set_status(f"{steps} runs ({len(curves.schemes)} schemes × {len(curves.seeds)} seeds{twice}, "
-                              f"{curves.n_tokens} tokens each) in {elapsed:.1f} s")
+        self._set_status(view, f"{steps} runs ({len(curves.schemes)} schemes × {len(curves.seeds)} seeds{twice}, "
+                               f"{curves.n_tokens} tokens each) in {elapsed:.1f} s")
+        self.update_stale_mark()
         self.drawn.emit(view, result)
-        if not self._ready_sent:
-            self._ready_sent = True
-            self.dataReady.emit()
+        self.mark_ready()
 
     def _on_finished(self) -> None:
-        self.panel.set_busy(False)
+        self.view.set_busy(False)
 
     def _on_error(self, exc: BaseException) -> None:
-        if isinstance(exc, ValueError):  # a setting that cannot be measured: say what to change
-            self.panel.set_status(f"⚠ {exc}")
-            return
-        window = self.ctx.window
-        if window is not None:
-            window.report_error("Residual measurement failed", exc)
-        else:
-            log.error("residual measurement failed", exc_info=(type(exc), exc, exc.__traceback__))
-        self.panel.set_status(f"⚠ {type(exc).__name__}: {exc}")
+        expl = self.report_error(exc, "Residual measurement failed")
+        text = expl.message.split("\n\n")[0] if expl.input_problem else f"{expl.title}: {type(exc).__name__}: {exc}"
+        self._set_status(self.view.current_view, f"⚠ {text}")
 
     # -- export -------------------------------------------------------------------------------
     def _export_dialog(self, kind: str) -> None:
         filters = {"csv": "CSV (*.csv)", "png": "PNG image (*.png)", "svg": "SVG image (*.svg)"}
-        path, _ = QFileDialog.getSaveFileName(self.panel, "Export", f"residual-{self.panel.view}.{kind}",
+        path, _ = QFileDialog.getSaveFileName(self.view, "Export",
+                                              self.ctx.file_path(f"residual-{self.view.current_view}.{kind}"),
                                               filters[kind])
         if path:
+            self.ctx.remember_folder_of(path)
             self.export(kind, path)
 
     def export(self, kind: str, path: str) -> None:
@@ -213,41 +280,11 @@ class ResidualController(QObject):
             path += "." + kind
         try:
             if kind == "csv":
-                self.panel.export_csv(path)
+                self.view.export_csv(path)
             else:
-                self.panel.export_image(path)
+                self.view.export_image(path)
         except (OSError, ValueError) as exc:
-            self.panel.set_status(f"⚠ could not export: {exc}")
+            self.view.set_status(f"⚠ could not export: {self.report_error(exc, 'Export failed').message.splitlines()[0]}")
             return
-        self.panel.set_status(f"Saved {os.path.basename(path)}")
-        if self.ctx.window is not None:
-            self.ctx.window.show_message(f"Saved {path}", 5000)
-
-
-class ResidualView(QWidget):
-    """What the registry's factory returns: the panel plus its controller; the first sweep
-    starts as soon as the widget exists (screenshot mode waits for `dataReady`)."""
-
-    dataReady = Signal()
-
-    def __init__(self, ctx, parent: QWidget | None = None, autorun: bool = True):
-        super().__init__(parent)
-        from gptcore.init import INIT_SCHEMES
-
-        self.panel = ResidualPanel(INIT_SCHEMES)
-        self.panel.set_shape(*START_SHAPE)
-        self.panel.log_box.setChecked(True)  # growth is multiplicative: log y shows every scheme
-        self.controller = ResidualController(ctx, self.panel, parent=self)
-        self.controller.dataReady.connect(self.dataReady)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.panel)
-        if autorun:
-            QTimer.singleShot(0, self.controller, self.controller.run)
-
-    @property
-    def is_ready(self) -> bool:
-        return bool(self.controller.results)
-
-    def on_model_changed(self) -> None:
-        self.controller.on_model_changed()
+        self.view.set_status(f"Saved {os.path.basename(path)}")
+        self.ctx.show_message(f"Saved {path}", 5000)

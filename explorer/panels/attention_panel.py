@@ -63,7 +63,7 @@ class AttentionPanel(QWidget):
         self.export_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         menu = QMenu(self.export_button)
         for text, kind in (("Grid as PNG…", "grid-png"), ("Selected head as PNG…", "head-png"),
-                           ("Raw patterns as .npz…", "npz")):
+                           ("Captured arrays as .npz (pooled maps, head stats, lens)…", "npz")):
             menu.addAction(text, lambda kind=kind: self.exportRequested.emit(kind))
         self.export_button.setMenu(menu)
 
@@ -157,6 +157,21 @@ class AttentionPanel(QWidget):
         self.zoom.set_head(pattern, labels, title, levels)
         self._zoom_row = pattern if pattern.shape[0] == len(self._tokens) else None
         self._tint_chips(-1)
+
+    def prepend_bos(self) -> bool:
+        """Whether the user asked for <|endoftext|> in front of the prompt."""
+        return self.bos_box.isChecked()
+
+    def clear_results(self, reason: str) -> None:
+        """Nothing drawn but `reason`: what was on screen belonged to another model."""
+        self._tokens, self._zoom_row = [], None
+        self.chips.set_tokens([])
+        self.chips.set_weights(None)
+        self.count_label.setText("")
+        self.crop_note.hide()
+        self.grid.clear_data()
+        self.zoom.clear_head(reason)
+        self.set_status(reason)
 
     def set_ablated(self, heads) -> None:
         """The session's ablated heads, marked on the grid."""

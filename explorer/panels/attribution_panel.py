@@ -240,6 +240,18 @@ class AttributionPanel(QWidget):
         self.target.show_choice(r.target.text)
         self.contrast.show_choice(r.contrast.text if r.contrast is not None else NO_CONTRAST)
 
+    def clear_results(self, reason: str) -> None:
+        """Nothing drawn but `reason`: what was on screen belonged to another model."""
+        self.bars.clear_data(reason)
+        self.heads.clear_data()
+        for view in self.patch_maps.values():
+            view.clear_data()
+        self.patched.set_distribution([], [], [], caption="Click a cell: the corrupted prompt's next token with "
+                                                            "that cell patched")
+        self.census.clear_data()
+        self.set_patch_message("")
+        self.set_status(reason)
+
     def set_ablation(self, heads, mlps, text: str, mode: str) -> None:
         self.ablation_label.setText(text or "nothing ablated")
         self.reset_button.setEnabled(bool(heads or mlps))

@@ -52,6 +52,10 @@ class CensusTable(QTableWidget):
         self.setSortingEnabled(True)
         self.sortItems(sort_column, order)
 
+    def clear_data(self) -> None:
+        self._rows = []
+        self.setRowCount(0)
+
     def set_ablated(self, ablated) -> None:
         ablated = set(ablated)
         for r in range(self.rowCount()):

@@ -9,9 +9,10 @@ with `set_field_error(field, message)`, in which case the last valid readout sta
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QGridLayout, QGroupBox, QLabel,
-                               QLineEdit, QProgressBar, QPushButton, QScrollArea, QSpinBox, QSplitter, QVBoxLayout,
-                               QWidget)
+from PySide6.QtGui import QColor, QPalette
+from PySide6.QtWidgets import (QAbstractSpinBox, QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout,
+                               QGraphicsOpacityEffect, QGridLayout, QGroupBox, QLabel, QLineEdit, QProgressBar,
+                               QPushButton, QScrollArea, QSpinBox, QSplitter, QVBoxLayout, QWidget)
 
 from ..theme import restyle
 from .param_readout import ParamReadout, ParamReadoutView
@@ -33,7 +34,19 @@ FIELDS = (
     ("ln_placement", "ln_placement", "LayerNorm before (pre, GPT-2) or after (post, original Transformer) each sublayer."),
     ("residual", "residual", "Residual connections on (GPT-2) or off (for teaching)."),
     ("layer_norm_eps", "layer_norm_eps", "Added to the variance in LayerNorm (GPT-2: 1e-5)."),
+    # The parts models since 2024 swap into GPT-2's skeleton (Llama, Qwen2, SmolLM2).
+    ("pos_embedding", "positions", "learned (GPT-2's table), sinusoidal (fixed sin/cos, no parameters) or "
+                                   "rope (rotary: queries and keys rotated by position, no parameters)."),
+    ("rope_theta", "rope_theta", "Base of the rotary frequencies (10000; Llama 3 uses 500000). Only for rope."),
+    ("norm", "norm", "layernorm (GPT-2) or rmsnorm (scale only, no mean and no bias: Llama)."),
+    ("mlp", "mlp", "gelu (GPT-2: two matrices) or swiglu (Llama: a gate matrix too)."),
+    ("mlp_hidden", "mlp_hidden", "MLP hidden width; 'from mlp_ratio' uses mlp_ratio × n_embd."),
+    ("n_kv_head", "n_kv_head", "Key/value heads shared by groups of query heads (grouped-query attention); "
+                               "'= n_head' is ordinary multi-head attention."),
 )
+CHOICES = {"ln_placement": ("pre", "post"), "pos_embedding": ("learned", "sinusoidal", "rope"),
+           "norm": ("layernorm", "rmsnorm"), "mlp": ("gelu", "swiglu")}
+OPTIONAL_INTS = {"mlp_hidden": "from mlp_ratio", "n_kv_head": "= n_head"}  # 0 in the spin box = None
 QKV_CHOICES = (("follow bias", None), ("on", True), ("off", False))
 
 
@@ -41,11 +54,13 @@ class ConfigPanel(QWidget):
     configEdited = Signal(dict)  # every field's current value
     presetChosen = Signal(str)
     buildRequested = Signal(str, object)  # (init scheme, seed or None)
+    buildCancelled = Signal()
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self._updating = False
         self._invalid: QWidget | None = None
+        self._warned: QWidget | None = None
         self.inputs: dict[str, QWidget] = {}
         splitter = QSplitter(Qt.Orientation.Horizontal)
         splitter.addWidget(self._make_form_side())
@@ -90,6 +105,11 @@ class ConfigPanel(QWidget):
         self.error_label.setWordWrap(True)
         self.error_label.hide()
         form.addRow(self.error_label)
+        self.warning_label = QLabel("")
+        self.warning_label.setObjectName("fieldWarning")
+        self.warning_label.setWordWrap(True)
+        self.warning_label.hide()
+        form.addRow(self.warning_label)
         column.addWidget(config_box)
 
         build_box = QGroupBox("Build")
@@ -108,6 +128,10 @@ class ConfigPanel(QWidget):
         self.build_progress.setTextVisible(False)
         self.build_progress.setMaximumHeight(8)
         self.build_progress.hide()
+        self.cancel_build_button = QPushButton("Cancel build")
+        self.cancel_build_button.setToolTip("Stop building; the current model stays.")
+        self.cancel_build_button.clicked.connect(self.buildCancelled)
+        self.cancel_build_button.hide()
         self.build_status = QLabel("")
         self.build_status.setWordWrap(True)
         self.build_status.setObjectName("readoutNote")
@@ -117,7 +141,8 @@ class ConfigPanel(QWidget):
         grid.addWidget(self.seed, 1, 1)
         grid.addWidget(self.build_button, 2, 0, 1, 2)
         grid.addWidget(self.build_progress, 3, 0, 1, 2)
-        grid.addWidget(self.build_status, 4, 0, 1, 2)
+        grid.addWidget(self.cancel_build_button, 4, 0, 1, 2)
+        grid.addWidget(self.build_status, 5, 0, 1, 2)
         column.addWidget(build_box)
         column.addStretch(1)
 
@@ -137,9 +162,9 @@ class ConfigPanel(QWidget):
             for text, value in QKV_CHOICES:
                 w.addItem(text, value)
             w.currentIndexChanged.connect(self._edited)
-        elif name == "ln_placement":
+        elif name in CHOICES:
             w = QComboBox()
-            w.addItems(["pre", "post"])
+            w.addItems(list(CHOICES[name]))
             w.currentIndexChanged.connect(self._edited)
         elif name in ("mlp_ratio", "dropout"):
             w = QDoubleSpinBox()
@@ -147,12 +172,14 @@ class ConfigPanel(QWidget):
             w.setRange(0.0, 1000.0)
             w.setSingleStep(0.5 if name == "mlp_ratio" else 0.05)
             w.valueChanged.connect(self._edited)
-        elif name == "layer_norm_eps":
+        elif name in ("layer_norm_eps", "rope_theta"):
             w = QLineEdit()
             w.textEdited.connect(self._edited)
         else:  # integers; ranges wider than valid so the config's own message explains a bad value
             w = QSpinBox()
             w.setRange(0, 10_000_000)
+            if name in OPTIONAL_INTS:
+                w.setSpecialValueText(OPTIONAL_INTS[name])  # shown at 0, which means None
             w.setGroupSeparatorShown(True)
             w.setKeyboardTracking(True)
             w.valueChanged.connect(self._edited)
@@ -185,11 +212,20 @@ class ConfigPanel(QWidget):
                     w.setCurrentText(str(value))
                 elif isinstance(w, QLineEdit):
                     w.setText(f"{value:g}")
+                elif name in OPTIONAL_INTS:
+                    w.setValue(0 if value is None else value)
                 else:
                     w.setValue(value)
             self.set_preset(preset)
         finally:
             self._updating = False
+
+    def set_seed(self, seed: int) -> None:
+        self.seed.setValue(seed)
+
+    def focus_form(self) -> None:
+        """Where File → New model starts typing: the depth field."""
+        self.inputs["n_layer"].setFocus()
 
     def set_preset(self, name: str | None) -> None:
         self.preset.setCurrentText(name or CUSTOM)
@@ -212,28 +248,51 @@ class ConfigPanel(QWidget):
             elif isinstance(w, QDoubleSpinBox):
                 value = w.value()
                 out[name] = int(value) if name == "mlp_ratio" and value == int(value) else value
+            elif name in OPTIONAL_INTS:
+                out[name] = w.value() or None
             else:
                 out[name] = w.value()
         return out
 
     def set_field_error(self, field: str | None, message: str = "") -> None:
-        """Highlight `field` with `message`, or clear the highlight (field None)."""
+        """Highlight `field` with `message`, or clear the highlight (field None). While a field is
+        invalid the readout is dimmed (it shows the last valid config) and the preset says custom."""
         if self._invalid is not None:
-            self._invalid.setProperty("invalid", False)
-            self._invalid.setToolTip(self._invalid.property("normalTip") or "")
-            restyle(self._invalid)
+            _mark(self._invalid, None)
             self._invalid = None
         widget = self.inputs.get(field) if field else None
         if widget is not None:
-            if widget.property("normalTip") is None:
-                widget.setProperty("normalTip", widget.toolTip())
-            widget.setProperty("invalid", True)
-            widget.setToolTip(message)
-            restyle(widget)
+            _mark(widget, "invalid", message)
             self._invalid = widget
-        self.error_label.setText(f"⚠ {message}  (the readout shows the last valid config)" if field else "")
+            self.set_preset(None)
+        self.error_label.setText(f"⚠ {message}  (the readout, dimmed, shows the last valid config)" if field else "")
         self.error_label.setVisible(bool(field))
         self.build_button.setEnabled(not field)
+        self._dim_readout(bool(field))
+
+    def set_field_warning(self, field: str | None, message: str = "") -> None:
+        """A value that builds but will surprise (e.g. vocab_size below the tokenizer's ids): shown at
+        the field in amber, with what will happen; Build stays possible (the user may accept it)."""
+        if self._warned is not None and self._warned is not self._invalid:
+            _mark(self._warned, None)
+        self._warned = None
+        widget = self.inputs.get(field) if field else None
+        if widget is not None and widget is not self._invalid:
+            _mark(widget, "warning", message)
+            self._warned = widget
+        self.warning_label.setText(f"⚠ {message}" if field else "")
+        self.warning_label.setVisible(bool(field))
+
+    def _dim_readout(self, dim: bool) -> None:
+        if dim:
+            effect = QGraphicsOpacityEffect(self.readout)
+            effect.setOpacity(0.4)
+            self.readout.setGraphicsEffect(effect)
+        else:
+            self.readout.setGraphicsEffect(None)
+
+    def readout_dimmed(self) -> bool:
+        return self.readout.graphicsEffect() is not None
 
     def set_readout(self, r: ParamReadout) -> None:
         self.readout.set_readout(r)
@@ -244,6 +303,7 @@ class ConfigPanel(QWidget):
     def set_build_busy(self, busy: bool) -> None:
         self.build_button.setEnabled(not busy and self._invalid is None)
         self.build_progress.setVisible(busy)
+        self.cancel_build_button.setVisible(busy)
         if busy:
             self.build_progress.setRange(0, 0)
 
@@ -270,3 +330,32 @@ class ConfigPanel(QWidget):
     def _build_clicked(self) -> None:
         seed = self.seed.value()
         self.buildRequested.emit(self.init_scheme.currentText(), None if seed < 0 else seed)
+
+
+# Colours of a marked field, (light, dark): background and text.
+_MARKS = {"invalid": (("#fdecea", "#a12622"), ("#4a1f1c", "#ff8a80")),
+          "warning": (("#fff3cd", "#664d03"), ("#4a3b12", "#ffd36b"))}
+
+
+def _mark(widget: QWidget, kind: str | None, message: str = "") -> None:
+    """Tint a field as invalid or warned (None: back to normal), tooltip = `message`.
+
+    Spin boxes are tinted through their palette, not a style sheet: a style sheet on a spin box
+    makes Qt draw its arrows itself, as two flat bars."""
+    if widget.property("normalTip") is None:
+        widget.setProperty("normalTip", widget.toolTip())
+    widget.setToolTip(message if kind else widget.property("normalTip") or "")
+    widget.setProperty("invalid", kind == "invalid")
+    widget.setProperty("warning", kind == "warning")
+    if isinstance(widget, QAbstractSpinBox):
+        if kind is None:
+            widget.setPalette(QPalette())
+        else:
+            dark = widget.palette().color(QPalette.ColorRole.Window).lightness() < 128
+            base, text = _MARKS[kind][1 if dark else 0]
+            palette = widget.palette()
+            palette.setColor(QPalette.ColorRole.Base, QColor(base))
+            palette.setColor(QPalette.ColorRole.Text, QColor(text))
+            widget.setPalette(palette)
+        return
+    restyle(widget)

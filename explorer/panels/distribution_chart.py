@@ -17,7 +17,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QFontMetrics
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from .token_stream import format_prob, probability_colour, visible_token
+from .formatting import format_prob
+from .token_stream import probability_colour, visible_token
 
 MASKED_COLOUR = "#b9b9b9"
 OUTLINE_COLOUR = "#8c8c8c"  # mid grey: visible on the light and the dark theme

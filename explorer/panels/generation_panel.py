@@ -50,6 +50,7 @@ class GenerationPanel(QWidget):
 
         self.stream = TokenStreamView()
         self.stream_status = QLabel("")
+        self.stream_status.setWordWrap(True)  # "… written by <model>, the previous model" must not widen the pane
         self.chart = DistributionChart()
 
         # Ctrl+Enter generates from anywhere in the pane (the prompt box included); Esc stops.
@@ -72,13 +73,11 @@ class GenerationPanel(QWidget):
         text_side = QWidget()
         text_layout = QVBoxLayout(text_side)
         text_layout.setContentsMargins(0, 0, 10, 0)  # keep the status clear of the chart's caption
-        header = QHBoxLayout()
         title = QLabel("<b>Generated text</b> <span style='color:#8c8c8c'>(hover a token for the "
                        "candidates it beat)</span>")
-        header.addWidget(title)
-        header.addStretch(1)
-        header.addWidget(self.stream_status)
-        text_layout.addLayout(header)
+        title.setWordWrap(True)
+        text_layout.addWidget(title)
+        text_layout.addWidget(self.stream_status)
         text_layout.addWidget(self.stream, 1)
         text_layout.addWidget(ProbabilityLegend())
         splitter = QSplitter(Qt.Orientation.Horizontal)

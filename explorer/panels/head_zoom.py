@@ -11,22 +11,29 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Signal
-from PySide6.QtGui import QColor, QFont, QFontMetrics
-from PySide6.QtWidgets import QGraphicsRectItem
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainterPath
+from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem
 
-from .heatmap_grid import GRID_COLORMAP, MASKED_COLOUR, SELECT_COLOUR, display_levels, to_display
+from .heatmap_grid import (GRID_COLORMAP, MASKED_COLOUR, SELECT_COLOUR, OpaqueImageItem, display_levels,
+                           future_mask_path, to_display)
+from .token_chips import TextWidths
 from .token_stream import visible_token
 
 LABEL_CHARS = 10
+MIN_TICK_PX = 3  # closest spacing at which every token still gets its own tick
 
 
 class TokenAxis(pg.AxisItem):
     def __init__(self, orientation: str):
         self._labels: list[str] = []  # before super().__init__, which already resizes
+        self._widths = TextWidths()
+        self._ticks_for = None  # (labels, room) the ticks were last computed for
         super().__init__(orientation)
         self.enableAutoSIPrefix(False)
 
     def set_labels(self, labels: list[str]) -> None:
+        if labels == self._labels:
+            return
         self._labels = labels
         self._update_ticks()
 
@@ -41,13 +48,18 @@ class TokenAxis(pg.AxisItem):
             return
         vertical = self.orientation in ("left", "right")
         room = self.geometry().height() if vertical else self.geometry().width()
+        if self._ticks_for is not None and self._ticks_for[0] is self._labels and self._ticks_for[1] == room:
+            return
+        self._ticks_for = (self._labels, room)
         short = [s if len(s) <= LABEL_CHARS else s[:LABEL_CHARS - 1] + "…" for s in self._labels]
         fm = QFontMetrics(self.style.get("tickFont") or QFont())
-        per_label = fm.height() + 2 if vertical else sum(fm.horizontalAdvance(s) for s in short) / n + 20
+        per_label = fm.height() + 2 if vertical else sum(self._widths(fm, short)) / n + 20
         fits = max(1, int((room or 400) / per_label))
         step = max(1, math.ceil(n / fits))
-        self.setTicks([[(i + 0.5, short[i]) for i in range(0, n, step)],
-                       [(i + 0.5, "") for i in range(n) if i % step]])
+        # A tick per unlabelled token only while they stand apart (3 px): at 1000 tokens they
+        # would be a solid bar of sub-pixel lines, and pyqtgraph lays out each one (~40 ms).
+        minor = [(i + 0.5, "") for i in range(n) if i % step] if n * MIN_TICK_PX <= (room or 400) else []
+        self.setTicks([[(i + 0.5, short[i]) for i in range(0, n, step)], minor])
 
 
 class HeadZoom(pg.GraphicsLayoutWidget):
@@ -76,9 +88,15 @@ class HeadZoom(pg.GraphicsLayoutWidget):
         self.backdrop.setPen(pg.mkPen(None))
         self.backdrop.setZValue(-1)
         self.plot.addItem(self.backdrop)
-        self.image = pg.ImageItem(axisOrder="row-major")
+        self.image = OpaqueImageItem(axisOrder="row-major")
         self.image.setColorMap(pg.colormap.get(GRID_COLORMAP))
         self.plot.addItem(self.image)
+        self.future = QGraphicsPathItem()  # grey over the masked half (see heatmap_grid: not NaN pixels)
+        self.future.setBrush(QColor(MASKED_COLOUR))
+        self.future.setPen(pg.mkPen(None))
+        self.future.setZValue(0.5)
+        self.plot.addItem(self.future)
+        self._future_T = 0
         self.cursor = QGraphicsRectItem()
         self.cursor.setPen(pg.mkPen(SELECT_COLOUR, width=1.5, cosmetic=True))
         self.cursor.setBrush(QColor(0, 0, 0, 0))
@@ -103,9 +121,10 @@ class HeadZoom(pg.GraphicsLayoutWidget):
         T = pattern.shape[0]
         self._pattern = pattern
         self._tokens = [visible_token(t) for t in tokens]
-        causal = np.tril(np.ones((T, T), dtype=bool))
-        shown = np.where(causal, pattern, np.nan).astype(np.float32)
-        self._shown = shown
+        self._shown = pattern.astype(np.float32, copy=False)  # the future half: exact zeros, covered
+        if T != self._future_T:
+            self._future_T = T
+            self.future.setPath(future_mask_path(1, 1, T, tile=T))
         self._levels = levels
         self._redraw()
         self.image.setRect(QRectF(0, 0, max(T, 1), max(T, 1)))
@@ -122,6 +141,8 @@ class HeadZoom(pg.GraphicsLayoutWidget):
         self._tokens = []
         self.image.clear()
         self.backdrop.setRect(QRectF())
+        self.future.setPath(QPainterPath())
+        self._future_T = 0
         self.left_axis.set_labels([])
         self.bottom_axis.set_labels([])
         self.plot.setTitle(message, size="10pt")

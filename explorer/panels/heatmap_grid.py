@@ -8,18 +8,23 @@ view coordinates (x = head, y = layer): ticks, clicks and the linked summary/len
 all work in those units whatever t is. A repaint is one numpy transpose and one
 `setImage(..., autoLevels=False, levels=...)`.
 
-The masked (future) half of each tile is NaN, which pyqtgraph draws transparent, so the
-causal triangle reads at a glance and is not confused with "weight ≈ 0".
+The masked (future) half of each tile is covered by a grey staircase (one path for all
+tiles, rebuilt only when the tile layout changes), so the causal triangle reads at a glance
+and is not confused with "weight ≈ 0". Not NaN pixels: pyqtgraph finds and blanks NaNs
+pixel by pixel on every new image (~8 ms for half a million of them).
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt, Signal
-from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QGraphicsRectItem
+from PySide6.QtGui import QColor, QImage, QPainterPath
+from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem
+
+from .formatting import format_prob
 
 LOG_FLOOR = 1e-4  # log scale shows weights from 1e-4 to 1
 GRID_COLORMAP = "inferno"
@@ -32,12 +37,50 @@ ABLATED_COLOUR = "#ef4444"
 MASKED_COLOUR = "#8a8f98"  # neutral grey: "cannot attend", distinct from weight 0 (black)
 
 
+@functools.lru_cache(maxsize=8)
+def causal_mask(T: int) -> np.ndarray:
+    """(T, T) booleans, True on and below the diagonal; kept, since every redraw needs one.
+    Read-only, so no caller can spoil it for the next."""
+    mask = np.tri(T, dtype=bool)
+    mask.flags.writeable = False
+    return mask
+
+
 def mosaic(thumbnails: np.ndarray) -> np.ndarray:
-    """(L, nh, t, t) -> (L·t, nh·t): tile (l, h) at rows l·t.., columns h·t..; future = NaN."""
+    """(L, nh, t, t) -> (L·t, nh·t): tile (l, h) at rows l·t.., columns h·t.. (the future half
+    holds the pattern's exact zeros; `future_mask_path` covers it)."""
     L, nh, t, _ = thumbnails.shape
-    causal = np.tril(np.ones((t, t), dtype=bool))
-    tiles = np.where(causal, thumbnails, np.nan).astype(np.float32)  # (L, nh, t, t)
-    return tiles.transpose(0, 2, 1, 3).reshape(L * t, nh * t)
+    return np.ascontiguousarray(thumbnails.astype(np.float32, copy=False).transpose(0, 2, 1, 3)).reshape(L * t, nh * t)
+
+
+class OpaqueImageItem(pg.ImageItem):
+    """An ImageItem whose rendered picture is converted to RGB32 once per new image: pyqtgraph
+    renders a colour-mapped image as Indexed8, which Qt converts again on every paint
+    (2.8 ms per paint for a 1000 × 1000 pattern, 0.2 ms once converted). For images without
+    transparency, which ours are since the masked half is a separate item."""
+
+    def render(self) -> None:
+        super().render()
+        if self.qimage is not None and self.qimage.format() == QImage.Format.Format_Indexed8:
+            self.qimage = self.qimage.convertToFormat(QImage.Format.Format_RGB32)
+
+
+def future_mask_path(rows: int, cols: int, t: int, tile: float = 1.0) -> QPainterPath:
+    """The cells a query cannot see (key > query) of rows × cols tiles of t × t cells, each
+    tile `tile` units wide: one staircase polygon per tile, built with numpy in one path."""
+    path = QPainterPath()
+    if t < 2 or not rows or not cols:
+        return path
+    c = tile / t
+    q = np.arange(t - 1, 0, -1)  # (t-1,) the steps, bottom-right to top-left
+    xs = np.concatenate(([1, t, t], np.repeat(q, 2))) * c  # (2t+1,)
+    ys = np.concatenate(([0, 0, t - 1], np.stack((q, q - 1), 1).ravel())) * c
+    ox, oy = np.meshgrid(np.arange(cols) * tile, np.arange(rows) * tile)  # tile origins
+    x = (ox.ravel()[:, None] + xs).ravel()
+    y = (oy.ravel()[:, None] + ys).ravel()
+    connect = np.ones((rows * cols, len(xs)), dtype=np.int32)
+    connect[:, -1] = 0  # the last point of a tile does not join the next tile's first
+    return pg.arrayToQPath(x, y, connect=connect.ravel(), finiteCheck=False)
 
 
 def to_display(values: np.ndarray, log: bool) -> np.ndarray:
@@ -46,10 +89,6 @@ def to_display(values: np.ndarray, log: bool) -> np.ndarray:
         return values
     with np.errstate(invalid="ignore"):
         return np.log10(np.maximum(values, LOG_FLOOR))
-
-
-def format_prob(p: float) -> str:
-    return f"{p:.0%}" if p >= 0.095 else f"{p:.1%}" if p >= 0.001 else f"{p:.0e}"
 
 
 def display_levels(log: bool) -> tuple[float, float]:
@@ -109,9 +148,16 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
         self.backdrop.setPen(pg.mkPen(None))
         self.backdrop.setZValue(-1)
         self.plot.addItem(self.backdrop)
-        self.image = pg.ImageItem(axisOrder="row-major")
+        self.image = OpaqueImageItem(axisOrder="row-major")
         self.plot.addItem(self.image)
+        self.future = QGraphicsPathItem()  # grey over every tile's masked half
+        self.future.setBrush(QColor(MASKED_COLOUR))
+        self.future.setPen(pg.mkPen(None))
+        self.future.setZValue(0.5)
+        self.plot.addItem(self.future)
+        self._future_for = None  # (L, nh, t) the path was built for
         self.separators = pg.PlotCurveItem(connect="pairs", pen=pg.mkPen(QColor(128, 128, 128, 140), width=1))
+        self.separators.setZValue(1)
         self.plot.addItem(self.separators)
         self.selection = QGraphicsRectItem()
         self.selection.setPen(pg.mkPen(SELECT_COLOUR, width=2.5, cosmetic=True))
@@ -179,6 +225,9 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
         self._L, self._nh, self._t = L, nh, t
         self._thumbs, self._bin_labels, self._stats = thumbnails, list(bin_labels), stats
         self._mosaic = mosaic(thumbnails) if t else np.zeros((L, nh), np.float32) * np.nan
+        if (L, nh, t) != self._future_for:
+            self._future_for = (L, nh, t)
+            self.future.setPath(future_mask_path(L, nh, t))
         self._redraw_image()
         self.image.setRect(QRectF(0, 0, max(nh, 1), max(L, 1)))
         self.backdrop.setRect(QRectF(0, 0, nh, L))
@@ -220,8 +269,11 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
             if i < len(tokens):
                 label = visible_token(tokens[i])
                 label = label if len(label) <= 12 else label[:11] + "…"
-                item.setText(f"{label}  {format_prob(probs[i])}")
-                item.setPos(0.02, ys[i])
+                text = f"{label}  {format_prob(probs[i])}"
+                if getattr(item, "shown_text", None) != text:  # re-laying out a text item costs ~1 ms
+                    item.setText(text)
+                    item.shown_text = text
+                    item.setPos(0.02, ys[i])
                 item.show()
             else:
                 item.hide()
@@ -238,14 +290,35 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
     def log(self) -> bool:
         return self._log
 
+    def clear_data(self) -> None:
+        """Nothing drawn: no tiles, statistics, lens or selection (the data belonged to another model).
+        Not `clear`: GraphicsLayoutWidget's instance attribute of that name empties the layout itself."""
+        self._L = self._nh = self._t = 0
+        self._thumbs, self._bin_labels, self._stats = np.zeros((0, 0, 0, 0), np.float32), [], {}
+        self._mosaic = np.zeros((0, 0), np.float32)
+        self.image.clear()
+        self.future.setPath(QPainterPath())
+        self._future_for = None
+        for image in self.stat_images.values():
+            image.clear()
+        self._census = None
+        self.set_ablated(())
+        self.separators.setData([], [])
+        self.left_axis.set_count(0)
+        self.top_axis.set_count(0)
+        self.selected = None
+        self.selection.hide()
+        self._set_lens([], np.zeros(0))
+
     def _redraw_image(self) -> None:
         levels = self.colorbar.levels() if self._mosaic.size else display_levels(self._log)
         self.image.setImage(to_display(self._mosaic, self._log), autoLevels=False, levels=levels)
 
     def displayed_tile(self, layer: int, head: int) -> np.ndarray:
-        """The (t, t) weights drawn for one head (NaN above the diagonal): what tests check."""
+        """The (t, t) weights drawn for one head, NaN where the grey mask covers it: what tests check."""
         t = self._t
-        return self._mosaic[layer * t:(layer + 1) * t, head * t:(head + 1) * t]
+        tile = self._mosaic[layer * t:(layer + 1) * t, head * t:(head + 1) * t]
+        return np.where(causal_mask(t), tile, np.nan) if t else tile
 
     def set_census(self, induction: np.ndarray | None) -> None:
         """The head census's induction score per head (L, nh), as the last summary column

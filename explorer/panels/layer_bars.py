@@ -70,6 +70,10 @@ class LayerBars(QWidget):
         if caption:
             self.caption.setText(caption)
 
+    def clear_data(self, caption: str = "") -> None:
+        self.set_parts(np.zeros(0), np.zeros(0), 0.0, 0.0, caption=caption or " ")
+        self.other_bars.setOpts(x=[], height=[])
+
     @property
     def heights(self) -> tuple[np.ndarray, np.ndarray, float, float]:
         return self._attn, self._mlps, self._embed, self._bias

@@ -40,6 +40,8 @@ class ParamReadout:
     kaplan_non_embedding: int  # Kaplan et al.: total minus both embedding tables
     components: tuple[ComponentRow, ...]
     memory: tuple[tuple[str, str], ...]  # (what, formatted bytes)
+    parts: str = ""  # the parts in one line ("rotary positions, RMSNorm, SwiGLU MLP 1,536, …")
+    differences: tuple[str, ...] = ()  # each modern option's effect on the count, with its number
 
 
 class _FitTable(QTableWidget):
@@ -83,6 +85,12 @@ class ParamReadoutView(QWidget):
             self.figure_labels[key + "_note"] = note
         figures.setColumnStretch(2, 1)
         column.addLayout(figures)
+
+        self.parts_label = QLabel("")
+        self.parts_label.setObjectName("readoutNote")
+        self.parts_label.setWordWrap(True)
+        self.parts_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        column.addWidget(self.parts_label)
 
         self.memory_label = QLabel("")
         self.memory_label.setWordWrap(True)
@@ -129,6 +137,10 @@ class ParamReadoutView(QWidget):
         fig["nanogpt_note"].setText("excludes the position-embedding table only; the token embedding stays in")
         fig["kaplan"].setText(f"{r.kaplan_non_embedding:,}")
         fig["kaplan_note"].setText("excludes both embedding tables (and an untied head)")
+        lines = [f"<b>parts</b> &nbsp; {r.parts}"] if r.parts else []
+        lines += [f"&nbsp;&nbsp;• {line}" for line in r.differences]
+        self.parts_label.setText("<br>".join(lines))
+        self.parts_label.setVisible(bool(lines))
         self.memory_label.setText("<b>memory</b> &nbsp; " + " &nbsp;·&nbsp; ".join(
             f"{what}: <b>{size}</b>" for what, size in r.memory))
         self._fill_table(r)

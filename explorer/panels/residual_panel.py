@@ -54,6 +54,7 @@ class ResidualPanel(QWidget):
     exportRequested = Signal(str)  # "csv" | "png" | "svg"
     viewChanged = Signal(str)  # "norms" | "gradients"
     modelShapeRequested = Signal()  # "use the loaded model's depth/width/heads"
+    measurementEdited = Signal()  # a control that needs Run changed (the plot may now be out of date)
 
     def __init__(self, schemes: Sequence[str], parent: QWidget | None = None):
         super().__init__(parent)
@@ -98,13 +99,19 @@ class ResidualPanel(QWidget):
         self.ln_box.addItem("pre-LN (GPT-2)", "pre")
         self.ln_box.addItem("post-LN (2017)", "post")
         self.ln_box.setToolTip("pre-LN: x + f(LN(x)), GPT-2's. post-LN: LN(x + f(x)), the original Transformer's")
+        self.norm_box = QComboBox()
+        self.norm_box.addItem("LayerNorm (GPT-2)", "layernorm")
+        self.norm_box.addItem("RMSNorm (Llama)", "rmsnorm")
+        self.norm_box.setToolTip("LayerNorm subtracts the mean and divides by the spread; RMSNorm only divides by "
+                                 "the root mean square (no mean, no bias)")
         self.residual_box = QCheckBox("residual connections")
         self.residual_box.setChecked(True)
         self.residual_box.setToolTip("Off: each block's output replaces the stream instead of adding to it")
         self.compare_box = QCheckBox("also the other setting, dashed")
         self.compare_box.setToolTip("Measure with AND without residual connections; the other setting is drawn "
                                     "dashed in each scheme's colour (twice the work)")
-        tform.addRow("LayerNorm", self.ln_box)
+        tform.addRow("Placement", self.ln_box)
+        tform.addRow("Norm", self.norm_box)
         tform.addRow(self.residual_box)
         tform.addRow(self.compare_box)
         lay.addWidget(teach)
@@ -136,31 +143,42 @@ class ResidualPanel(QWidget):
             self.scheme_boxes[name] = box
         lay.addWidget(shown)
 
-        look = QGroupBox("Plot")
-        lform = QFormLayout(look)
+        measure = QGroupBox("Measure (applies on Run)")
+        mform = QFormLayout(measure)
         self.metric_box = QComboBox()
         self.metric_box.addItem("L2 norm ‖x‖₂", "l2")
         self.metric_box.addItem("RMS ‖x‖₂/√width", "rms")
         self.quantity_box = QComboBox()
         self.quantity_box.addItem("‖∂L/∂θ‖ of each block's weights", "params")
         self.quantity_box.addItem("‖∂L/∂x‖ at each block's input", "stream")
+        mform.addRow("Norm", self.metric_box)
+        mform.addRow("Gradient", self.quantity_box)
+        lay.insertWidget(lay.indexOf(prompts) + 1, measure)
+
+        look = QGroupBox("Plot (applies at once)")
+        lform = QFormLayout(look)
         self.spread_box = QComboBox()
         self.spread_box.addItem("min–max over seeds", "minmax")
         self.spread_box.addItem("± 1 std over seeds", "std")
         self.spread_box.currentIndexChanged.connect(self._redraw)
         self.log_box = QCheckBox("log y")
         self.log_box.toggled.connect(self._redraw)
-        lform.addRow("Norm", self.metric_box)
-        lform.addRow("Gradient", self.quantity_box)
         lform.addRow("Band", self.spread_box)
         lform.addRow(self.log_box)
         lay.addWidget(look)
         lay.addStretch(1)
+        for spin in (self.layers_box, self.width_box, self.heads_box, self.batch_box, self.length_box, self.seeds_box):
+            spin.valueChanged.connect(self.measurementEdited)
+        for combo in (self.ln_box, self.norm_box, self.metric_box, self.quantity_box):
+            combo.currentIndexChanged.connect(self.measurementEdited)
+        for box in (self.residual_box, self.compare_box):
+            box.toggled.connect(self.measurementEdited)
+        self.text_box.textChanged.connect(self.measurementEdited)
         self.controls_scroll = QScrollArea()
         self.controls_scroll.setWidget(column)
         self.controls_scroll.setWidgetResizable(True)
         self.controls_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.controls_scroll.setMinimumWidth(column.sizeHint().width() + 24)
+        self.controls_scroll.setMinimumWidth(min(column.sizeHint().width(), 280) + 24)  # narrow windows: fields shrink, not the plot
 
     def _build_plot(self) -> None:
         self.plot_column = QVBoxLayout()
@@ -174,6 +192,12 @@ class ResidualPanel(QWidget):
         self.caption.setWordWrap(True)
         self.caption.setTextFormat(Qt.TextFormat.RichText)
         self.caption.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.stale_note = QLabel("")
+        self.stale_note.setObjectName("staleNote")
+        self.stale_note.setWordWrap(True)
+        self.stale_note.setStyleSheet("QLabel#staleNote { background: #fef3c7; color: #78350f; padding: 4px 8px;"
+                                      " border-radius: 4px; }")
+        self.stale_note.hide()
         bar = QHBoxLayout()
         self.run_button = QPushButton("Run")
         self.run_button.setDefault(True)
@@ -192,6 +216,7 @@ class ResidualPanel(QWidget):
             button.clicked.connect(lambda _=False, k=kind: self.exportRequested.emit(k))
             bar.addWidget(button)
         self.plot_column.addWidget(self.view_tabs)
+        self.plot_column.addWidget(self.stale_note)
         self.plot_column.addWidget(self.plot, 1)
         self.plot_column.addWidget(self.caption)
         self.plot_column.addLayout(bar)
@@ -199,12 +224,13 @@ class ResidualPanel(QWidget):
 
     # -- intent ----------------------------------------------------------------------------
     @property
-    def view(self) -> str:
+    def current_view(self) -> str:
         return VIEWS[self.view_tabs.currentIndex()]
 
     def settings(self) -> dict:
-        return dict(view=self.view, n_layer=self.layers_box.value(), n_embd=self.width_box.value(),
+        return dict(view=self.current_view, n_layer=self.layers_box.value(), n_embd=self.width_box.value(),
                     n_head=self.heads_box.value(), ln_placement=self.ln_box.currentData(),
+                    norm=self.norm_box.currentData(),
                     residual=self.residual_box.isChecked(), batch=self.batch_box.value(),
                     length=self.length_box.value(), seeds=tuple(range(self.seeds_box.value())),
                     text=self.text_box.text(), metric=self.metric_box.currentData(),
@@ -213,8 +239,8 @@ class ResidualPanel(QWidget):
 
     def _sync_controls(self) -> None:
         """Only the controls of the view shown are live (the norm kind means nothing to gradients)."""
-        self.metric_box.setEnabled(self.view == "norms")
-        self.quantity_box.setEnabled(self.view == "gradients")
+        self.metric_box.setEnabled(self.current_view == "norms")
+        self.quantity_box.setEnabled(self.current_view == "gradients")
 
     def enabled_schemes(self) -> tuple[str, ...]:
         return tuple(n for n in self.schemes if self.scheme_boxes[n].isChecked())
@@ -222,7 +248,7 @@ class ResidualPanel(QWidget):
     def _on_tab(self, _index: int) -> None:
         self._sync_controls()
         self._redraw()
-        self.viewChanged.emit(self.view)
+        self.viewChanged.emit(self.current_view)
 
     # -- data in -----------------------------------------------------------------------------
     def set_shape(self, n_layer: int, n_embd: int, n_head: int) -> None:
@@ -244,13 +270,13 @@ class ResidualPanel(QWidget):
                                 labels=tuple(labels), y_label=y_label, title=title, context=dict(context or {}),
                                 comparison=None if comparison is None else np.asarray(comparison, dtype=np.float64),
                                 comparison_label=comparison_label)
-        if view == self.view:
+        if view == self.current_view:
             self._redraw()
 
     def set_reference(self, x: np.ndarray | None, y: np.ndarray | None = None, name: str = "") -> None:
         """The loaded trained model's own curve (norms view), or None to remove it."""
         self._reference = None if x is None else (np.asarray(x, float), np.asarray(y, float), name)
-        if self.view == "norms":
+        if self.current_view == "norms":
             self._redraw()
 
     def clear(self, view: str | None = None) -> None:
@@ -274,14 +300,22 @@ class ResidualPanel(QWidget):
     def set_status(self, text: str) -> None:
         self.status.setText(text)
 
+    def set_stale(self, reason: str | None) -> None:
+        """Mark the plot shown as out of date (`reason` says why and what to press), or clear the mark."""
+        self.stale_note.setText(f"⚠ Out of date: {reason}" if reason else "")
+        self.stale_note.setVisible(bool(reason))
+
+    def stale_reason(self) -> str:
+        return self.stale_note.text()
+
     # -- drawing -----------------------------------------------------------------------------
     def curve_names(self) -> list[str]:
         """Names of the curves drawn now (what the legend lists, the dashed key excepted)."""
         return [n for n in self.plot.curve_names() if not n.startswith("dashed:")]
 
     def _redraw(self) -> None:
-        data = self._data.get(self.view)
-        x_text, y_text = VIEW_TEXT[self.view]
+        data = self._data.get(self.current_view)
+        x_text, y_text = VIEW_TEXT[self.current_view]
         title, _, detail = (data["title"] if data else "").partition(" · ")
         curves = []
         if data:
@@ -291,7 +325,7 @@ class ResidualPanel(QWidget):
                     curves.append(Curve(name, colour, data["values"][s]))
                     if data["comparison"] is not None:
                         curves.append(Curve(name, colour, data["comparison"][s], dashed=True))
-        reference = self._reference if self.view == "norms" else None
+        reference = self._reference if self.current_view == "norms" else None
         self.plot.draw(data["x"] if data else np.zeros(0), curves, log_y=self.log_box.isChecked(),
                        std_band=self.spread_box.currentData() == "std", x_label=x_text,
                        y_label=data["y_label"] if data and data["y_label"] else y_text, title=title, detail=detail,
@@ -307,7 +341,7 @@ class ResidualPanel(QWidget):
                  if name in self.scheme_boxes and self.scheme_boxes[name].isChecked()]
         if not shown:
             return "No scheme ticked: tick one on the left."
-        if self.view == "norms":
+        if self.current_view == "norms":
             figures = ", ".join(f"{n} ×{m[-1] / m[0]:.3g}" if m[0] > 0 else f"{n} —" for n, m in shown)
             text = f"<b>Growth from embedding to the last block</b> (final ÷ embedding): {figures}."
             means = dict(shown)
@@ -351,7 +385,7 @@ class ResidualPanel(QWidget):
 
     # -- export ------------------------------------------------------------------------------
     def export_csv(self, path: str) -> None:
-        data = self._data.get(self.view)
+        data = self._data.get(self.current_view)
         if not data:
             raise ValueError("nothing to export yet: press Run first")
         with open(path, "w", newline="", encoding="utf-8") as fh:
@@ -365,12 +399,12 @@ class ResidualPanel(QWidget):
             for name, runs in sets:
                 for p, (x, label) in enumerate(zip(data["x"], labels)):
                     col = runs[:, p]
-                    out.writerow([self.view, name, f"{x:g}", label, *_numbers(col.mean(), col.std(), col.min(),
+                    out.writerow([self.current_view, name, f"{x:g}", label, *_numbers(col.mean(), col.std(), col.min(),
                                                                               col.max()), runs.shape[0]])
-            if self.view == "norms" and self._reference is not None:
+            if self.current_view == "norms" and self._reference is not None:
                 rx, ry, rname = self._reference
                 for x, y in zip(rx, ry):
-                    out.writerow([self.view, f"{rname} (trained)", f"{x:g}", "", *_numbers(y, 0.0, y, y), 1])
+                    out.writerow([self.current_view, f"{rname} (trained)", f"{x:g}", "", *_numbers(y, 0.0, y, y), 1])
 
     def export_image(self, path: str) -> None:
         """The plot as PNG or SVG (by the file's suffix)."""

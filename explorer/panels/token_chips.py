@@ -8,7 +8,7 @@ which turns the prompt itself into a bertviz-style view of where that query look
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtCore import QRectF, QSize, Qt, Signal
+from PySide6.QtCore import QEvent, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFontMetrics, QPainter, QPalette, QPen
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
@@ -17,6 +17,29 @@ from .token_stream import visible_token
 PAD_X, PAD_Y, GAP, MAX_CHARS = 5, 2, 4, 24
 TINT = QColor(249, 115, 22)  # orange: reads on light and dark backgrounds
 FOCUS = QColor("#22d3ee")
+
+
+class TextWidths:
+    """horizontalAdvance per label, remembered per font: a keystroke re-lays out up to 1024
+    chips, nearly all of them unchanged, and asking Qt for each width again costs ~10 ms."""
+
+    LIMIT = 20000
+
+    def __init__(self):
+        self._font_key, self._known = None, {}
+
+    def __call__(self, fm: QFontMetrics, labels: list[str]) -> list[float]:
+        key = (fm.height(), fm.averageCharWidth(), fm.ascent())
+        if key != self._font_key or len(self._known) > self.LIMIT:
+            self._font_key, self._known = key, {}
+        known = self._known
+        out = []
+        for s in labels:
+            w = known.get(s)
+            if w is None:
+                w = known[s] = fm.horizontalAdvance(s)
+            out.append(w)
+        return out
 
 
 class TokenChips(QWidget):
@@ -32,16 +55,21 @@ class TokenChips(QWidget):
         self._labels: list[str] = []
         self._weights: np.ndarray | None = None
         self._focus = -1
-        self._rects: list[QRectF] = []
+        self._rects: list[QRectF | None] = []  # None for the hidden head of a long prompt
         self._max_lines = max_lines
         self._hidden = 0  # tokens not drawn because they did not fit max_lines
+        self._widths = TextWidths()
 
     # -- data in ---------------------------------------------------------------------------
     def set_tokens(self, tokens: list[str]) -> None:
         labels = [visible_token(t) for t in tokens]
-        self._labels = [s if len(s) <= MAX_CHARS else s[:MAX_CHARS - 1] + "…" for s in labels]
+        labels = [s if len(s) <= MAX_CHARS else s[:MAX_CHARS - 1] + "…" for s in labels]
         self._weights = None
         self._focus = -1
+        if labels == self._labels:  # same prompt (another head, a new result): layout stands
+            self.update()
+            return
+        self._labels = labels
         self._relayout()
 
     def set_weights(self, weights: np.ndarray | None, focus: int = -1) -> None:
@@ -56,38 +84,38 @@ class TokenChips(QWidget):
 
     # -- layout ----------------------------------------------------------------------------
     def _relayout(self) -> None:
+        """Flow the chips into lines; past max_lines keep the tail (what the last query sees).
+        Positions are plain floats until the end: only the chips drawn get a QRectF, so a
+        1024-token prompt costs a few hundred additions, not a thousand Qt objects."""
         fm = QFontMetrics(self.font())
         h = fm.height() + 2 * PAD_Y
         width = max(self.width(), 200)
-        # Show the END of a long prompt (what the last query sees); count what is left out.
-        line_budget = self._max_lines
-        rects: list[QRectF] = []
-        x, y, lines = 0.0, 0.0, 1
-        widths = [fm.horizontalAdvance(s) + 2 * PAD_X for s in self._labels]
+        widths = [w + 2 * PAD_X for w in self._widths(fm, self._labels)]
+        lines, x = 1, 0.0
         for w in widths:
             if x > 0 and x + w > width:
-                x, y, lines = 0.0, y + h + GAP, lines + 1
-            rects.append(QRectF(x, y, min(w, width), h))
+                x, lines = 0.0, lines + 1
             x += w + GAP
-        self._hidden = 0
-        if lines > line_budget:  # too many lines: keep the tail, re-flow it from the top
-            keep_from = len(rects)
+        keep_from, x0 = 0, 0.0
+        if lines > self._max_lines:  # keep the tail, re-flowed from the top after a "… n earlier" chip
             used, x = 1, 0.0
+            keep_from = len(widths)
             for i in range(len(widths) - 1, -1, -1):
                 if x > 0 and x + widths[i] > width:
                     used, x = used + 1, 0.0
-                    if used > line_budget - 1:  # one line reserved for the "… n more" chip
+                    if used > self._max_lines - 1:  # one line reserved for the "… n more" chip
                         break
                 x += widths[i] + GAP
                 keep_from = i
-            self._hidden = keep_from
-            rects = [QRectF() for _ in range(keep_from)]
-            x, y = fm.horizontalAdvance(f"… {keep_from} earlier tokens") + 2 * PAD_X + GAP, 0.0
-            for w in widths[keep_from:]:
-                if x > 0 and x + w > width:
-                    x, y = 0.0, y + h + GAP
-                rects.append(QRectF(x, y, min(w, width), h))
-                x += w + GAP
+            x0 = fm.horizontalAdvance(f"… {keep_from} earlier tokens") + 2 * PAD_X + GAP
+        self._hidden = keep_from
+        rects: list[QRectF | None] = [None] * keep_from
+        x, y = x0, 0.0
+        for w in widths[keep_from:]:
+            if x > 0 and x + w > width:
+                x, y = 0.0, y + h + GAP
+            rects.append(QRectF(x, y, min(w, width), h))
+            x += w + GAP
         self._rects = rects
         self._height = int((rects[-1].bottom() if rects else h)) + 2
         self.updateGeometry()
@@ -103,6 +131,11 @@ class TokenChips(QWidget):
         super().resizeEvent(event)
         self._relayout()
 
+    def changeEvent(self, event) -> None:  # noqa: N802 - a new font re-measures every chip
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.FontChange:
+            self._relayout()
+
     # -- painting --------------------------------------------------------------------------
     def paintEvent(self, _event) -> None:  # noqa: N802
         p = QPainter(self)
@@ -115,13 +148,17 @@ class TokenChips(QWidget):
             r = QRectF(0, 0, fm.horizontalAdvance(label) + 2 * PAD_X, fm.height() + 2 * PAD_Y)
             p.setPen(mid)
             p.drawText(r, Qt.AlignmentFlag.AlignCenter, label)
+        # Alphas for the drawn chips in one numpy step (per-chip numpy scalars cost ~10 µs each).
+        alphas = []
+        if self._weights is not None:
+            shown = self._weights[self._hidden:len(self._labels)]
+            alphas = (0.12 + 0.88 * np.sqrt(np.clip(shown, 0.0, 1.0))).tolist()  # sqrt: small weights stay visible
         for i in range(self._hidden, len(self._labels)):
             r = self._rects[i]
             fill = QColor(base)
-            if self._weights is not None and i < len(self._weights):
-                w = float(np.clip(self._weights[i], 0.0, 1.0))
+            if i - self._hidden < len(alphas):
                 fill = QColor(TINT)
-                fill.setAlphaF(0.12 + 0.88 * w ** 0.5)  # sqrt: small weights stay visible
+                fill.setAlphaF(alphas[i - self._hidden])
             p.setBrush(fill)
             p.setPen(QPen(FOCUS, 2) if i == self._focus else QPen(mid, 1))
             p.drawRoundedRect(r.adjusted(0.5, 0.5, -0.5, -0.5), 4, 4)

@@ -12,6 +12,8 @@ of them alike). The same bins colour the distribution bars.
 """
 from __future__ import annotations
 
+import functools
+
 import bisect
 import html
 from dataclasses import dataclass
@@ -19,6 +21,8 @@ from dataclasses import dataclass
 from PySide6.QtCore import QEvent, QPoint, Qt
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QTextEdit, QToolTip, QWidget
+
+from .formatting import format_prob
 
 # (lower bound of the bin, background colour, legend text), from the most likely down.
 PROBABILITY_BINS = (
@@ -40,23 +44,11 @@ def probability_colour(prob: float) -> str:
     return PROBABILITY_BINS[-1][1]
 
 
-def format_prob(p: float) -> str:
-    """A probability as a percentage: one decimal from 1% up, two significant digits below
-    (an untrained model's tokens sit near 0.002%, which '.1%' would show as 0.0%), and
-    enough digits near 100% that 99.96% does not read as a certain 100.0%."""
-    pct = 100.0 * float(p)
-    if pct == 0 or pct == 100:
-        return f"{pct:.0f}%"
-    if pct < 1:
-        return f"{pct:.2g}%"
-    if pct > 99.9:
-        return f"{min(pct, 99.999):.3f}%"
-    return f"{pct:.1f}%"
-
-
+@functools.lru_cache(maxsize=65536)
 def visible_token(text: str) -> str:
     """A token as a label: leading/trailing spaces as '␣', newlines as '↵', tabs as '→',
-    other control characters as their Control Pictures glyph, so no label is blank."""
+    other control characters as their Control Pictures glyph, so no label is blank.
+    Memoised: a redraw relabels every token of the prompt (1024 at most), and they repeat."""
     out = []
     for ch in text:
         code = ord(ch)

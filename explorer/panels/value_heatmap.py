@@ -109,8 +109,12 @@ class ValueHeatmap(pg.GraphicsLayoutWidget):
         cells = list(cells)
         self.marks.setData(x=[c + 0.5 for _, c in cells], y=[r + 0.5 for r, _ in cells])
 
-    def clear(self) -> None:
-        self.set_matrix(np.zeros((0, 0)), [], [])
+    def clear_data(self) -> None:
+        """Nothing drawn (not `clear`: GraphicsLayoutWidget's attribute of that name empties the layout)."""
+        self._values, self._rows, self._cols = np.zeros((0, 0)), [], []
+        self.image.clear()
+        self.left_axis.set_labels([])
+        self.bottom_axis.set_labels([])
         self.set_marks([])
         self.selection.hide()
 

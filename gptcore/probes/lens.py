@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..model import apply_linear
+from ..linear import apply_linear
 
 
 @dataclass(frozen=True)

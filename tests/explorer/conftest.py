@@ -16,7 +16,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
 
-from explorer.registry import PanelContext  # noqa: E402
+from explorer.context import PanelContext  # noqa: E402
 from explorer.session import Session  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

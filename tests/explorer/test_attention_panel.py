@@ -9,17 +9,18 @@ import numpy as np
 from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QImage
 
-from explorer.controllers.attention import AttentionView
+from explorer.controllers.attention import AttentionController
+from explorer.controllers.base import PanelPage
 from explorer.panels.heatmap_grid import LOG_FLOOR
 from explorer.panels.token_stream import visible_token
-from explorer.registry import PanelContext
+from explorer.context import PanelContext
 
 IDLE_MS = 20000
 
 
 def make_view(qtbot, ctx, prompt=""):
     ctx = PanelContext(session=ctx.session, runner=ctx.runner, window=None, prompt=prompt)
-    view = AttentionView(ctx)
+    view = PanelPage(ctx, AttentionController)
     qtbot.addWidget(view)
     view.resize(1100, 700)
     frames = []  # (text, version at draw time, result version, thumbnails shape)
@@ -38,7 +39,7 @@ def wait_idle(qtbot, view):
 
 def assert_grid_matches(view, session, text):
     expected = session.attention(text)
-    grid = view.panel.grid
+    grid = view.view.grid
     L, nh = expected.n_layer, expected.n_head
     assert (grid._L, grid._nh) == (L, nh)
     for layer in range(L):
@@ -53,9 +54,9 @@ def assert_grid_matches(view, session, text):
 
 def test_typing_draws_the_final_text_and_never_an_older_frame(qtbot, panel_context):
     view, frames = make_view(qtbot, panel_context)
-    qtbot.keyClicks(view.panel.prompt, "The cat sat")
+    qtbot.keyClicks(view.view.prompt, "The cat sat")
     wait_idle(qtbot, view)
-    qtbot.keyClicks(view.panel.prompt, " on the mat")
+    qtbot.keyClicks(view.view.prompt, " on the mat")
     wait_idle(qtbot, view)
     texts = [f[0] for f in frames]
     assert texts[-1] == "The cat sat on the mat"
@@ -64,8 +65,8 @@ def test_typing_draws_the_final_text_and_never_an_older_frame(qtbot, panel_conte
     assert view.controller.result.text == "The cat sat on the mat"
     assert_grid_matches(view, panel_context.session, "The cat sat on the mat")
     tokens = panel_context.session.token_strings(panel_context.session.encode("The cat sat on the mat"))
-    assert view.panel.chips.labels == [visible_token(t) for t in tokens]
-    assert view.panel.count_label.text().startswith(f"{len(tokens)} / 128 tokens")
+    assert view.view.chips.labels == [visible_token(t) for t in tokens]
+    assert view.view.count_label.text().startswith(f"{len(tokens)} / 128 tokens")
 
 
 def test_clicking_a_head_opens_the_zoom_with_token_labels(qtbot, panel_context):
@@ -73,18 +74,18 @@ def test_clicking_a_head_opens_the_zoom_with_token_labels(qtbot, panel_context):
     view, _ = make_view(qtbot, panel_context, text)
     view.show()
     wait_idle(qtbot, view)
-    grid = view.panel.grid
+    grid = view.view.grid
     scene = grid.plot.vb.mapViewToScene(QPointF(2.5, 1.5))  # head 2, layer 1
     with qtbot.waitSignal(grid.headSelected) as sig:
         qtbot.mouseClick(grid.viewport(), Qt.MouseButton.LeftButton, pos=grid.mapFromScene(scene))
     assert sig.args == [1, 2]
-    zoom = view.panel.zoom
+    zoom = view.view.zoom
     assert "Layer 1 · Head 2" in zoom.title
     tokens = [visible_token(t) for t in panel_context.session.token_strings(panel_context.session.encode(text))]
     assert zoom.query_labels == tokens and zoom.key_labels == tokens
     np.testing.assert_allclose(zoom._pattern, panel_context.session.attention(text).pattern(1, 2), atol=1e-6)
     # The chips show where the last query looks in that head.
-    np.testing.assert_allclose(view.panel.chips._weights, zoom._pattern[-1])
+    np.testing.assert_allclose(view.view.chips._weights, zoom._pattern[-1])
     # Arrow keys walk the grid: right -> head 3, down is clamped at the last layer.
     grid.setFocus()
     with qtbot.waitSignal(grid.headSelected) as sig:
@@ -102,24 +103,24 @@ def test_clicking_a_head_opens_the_zoom_with_token_labels(qtbot, panel_context):
 def test_log_toggle_redraws_with_log_weights(qtbot, panel_context):
     view, _ = make_view(qtbot, panel_context, "one two three four")
     wait_idle(qtbot, view)
-    view.panel.log_box.setChecked(True)
-    drawn = view.panel.grid.image.image
-    expected = np.log10(np.maximum(view.panel.grid._mosaic, LOG_FLOOR))
+    view.view.log_box.setChecked(True)
+    drawn = view.view.grid.image.image
+    expected = np.log10(np.maximum(view.view.grid._mosaic, LOG_FLOOR))
     np.testing.assert_allclose(drawn, expected, equal_nan=True)
-    assert view.panel.grid.colorbar.levels() == (np.log10(LOG_FLOOR), 0.0)
+    assert view.view.grid.colorbar.levels() == (np.log10(LOG_FLOOR), 0.0)
 
 
 def test_overlong_paste_is_cropped_with_a_note(qtbot, panel_context):
     view, _ = make_view(qtbot, panel_context)
     text = " ".join(f"word{i}" for i in range(200))  # far more than block_size = 128 tokens
     ids = panel_context.session.encode(text)
-    view.panel.prompt.insertPlainText(text)  # a paste: one edit
+    view.view.prompt.insertPlainText(text)  # a paste: one edit
     wait_idle(qtbot, view)
     result = view.controller.result
     assert result.cropped == len(ids) - 128 and list(result.token_ids) == ids[-128:]
-    assert not view.panel.crop_note.isHidden()
-    assert f"first {len(ids) - 128} were cropped" in view.panel.crop_note.text()
-    assert view.panel.count_label.text().startswith("128 / 128 tokens")
+    assert not view.view.crop_note.isHidden()
+    assert f"first {len(ids) - 128} were cropped" in view.view.crop_note.text()
+    assert view.view.count_label.text().startswith("128 / 128 tokens")
     assert_grid_matches(view, panel_context.session, text)
 
 
@@ -131,24 +132,24 @@ def test_fault_prompt_edge_cases(qtbot, panel_context):
         view.set_prompt(text)
         wait_idle(qtbot, view)
         assert frames[-1][0] == text
-        assert "color:#dc2626" not in view.panel.status_label.text()  # no error shown
-        assert all(label for label in view.panel.chips.labels)  # every token visible, none blank
+        assert "color:#dc2626" not in view.view.status_label.text()  # no error shown
+        assert all(label for label in view.view.chips.labels)  # every token visible, none blank
     # <|endoftext|> typed by a user is text, not the special token.
     r = session.attention("<|endoftext|>")
     assert 50256 not in r.token_ids.tolist() and r.n_tokens > 1
     # control characters show as glyphs
     view.set_prompt("a\x00b\nc")
     wait_idle(qtbot, view)
-    assert any("␀" in label for label in view.panel.chips.labels)
-    assert any("↵" in label for label in view.panel.chips.labels)
+    assert any("␀" in label for label in view.view.chips.labels)
+    assert any("↵" in label for label in view.view.chips.labels)
     # the empty prompt leaves an explanation instead of a stale picture
     view.set_prompt("")
     wait_idle(qtbot, view)
-    assert "Type a prompt" in view.panel.zoom.title and view.panel.grid._t == 0
+    assert "Type a prompt" in view.view.zoom.title and view.view.grid._t == 0
     # 100 000 characters: cropped to block_size, with the note
     view.set_prompt("a" * 100_000)
     wait_idle(qtbot, view)
-    assert view.controller.result.n_tokens == 128 and not view.panel.crop_note.isHidden()
+    assert view.controller.result.n_tokens == 128 and not view.view.crop_note.isHidden()
 
 
 def test_fault_new_computation_while_running(qtbot, panel_context):
@@ -200,14 +201,14 @@ def test_fault_rapid_typing(qtbot, panel_context):
         before = tracemalloc.get_traced_memory()[0]
         chars = ("lorem ipsum dolor sit amet " * 8)[:200]
         for ch in chars:
-            qtbot.keyClicks(view.panel.prompt, ch)
+            qtbot.keyClicks(view.view.prompt, ch)
             qtbot.wait(5)
         wait_idle(qtbot, view)
         grown = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
         runner.submit = original_submit
-    assert view.panel.prompt_text() == chars
+    assert view.view.prompt_text() == chars
     assert frames[-1][0] == chars and view.controller.result.text == chars
     assert len(submitted) < 100  # debounce + one-in-flight, not one forward per key
     assert not runner.busy and not runner._tasks
@@ -219,7 +220,7 @@ def test_export_png_and_npz(qtbot, panel_context, tmp_path):
     view, _ = make_view(qtbot, panel_context, "export this prompt")
     wait_idle(qtbot, view)
     grid_png, head_png, npz = tmp_path / "grid.png", tmp_path / "head.png", tmp_path / "a.npz"
-    assert view.panel.export_grid_png(str(grid_png)) and view.panel.export_head_png(str(head_png))
+    assert view.view.export_grid_png(str(grid_png)) and view.view.export_head_png(str(head_png))
     for png in (grid_png, head_png):
         img = QImage(str(png))
         assert not img.isNull() and img.width() > 100

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from explorer.controllers.config import ConfigPage
+from explorer.controllers.base import PanelPage
+from explorer.controllers.config import ConfigController
 from gptcore.config import GPTConfig
 from gptcore.params import count_parameters
 
@@ -12,7 +13,7 @@ TINY_BUILD = dict(vocab_size=50257, block_size=32, n_layer=1, n_head=2, n_embd=3
 
 @pytest.fixture
 def page(qtbot, panel_context):
-    p = ConfigPage(panel_context)
+    p = PanelPage(panel_context, ConfigController)
     qtbot.addWidget(p)
     return p
 
@@ -27,7 +28,7 @@ def _form_config(page) -> GPTConfig:
 
 
 def test_panel_starts_with_the_loaded_models_config(page, tiny_session):
-    assert page.view.values() == tiny_session.model.config.to_dict()
+    assert GPTConfig(**page.view.values()) == tiny_session.model.config
     assert _total_shown(page) == tiny_session.info.n_params == count_parameters(tiny_session.model.config).total
     assert "tiny (test)" in page.view.loaded_label.text()
 
@@ -71,7 +72,7 @@ def test_preset_box_fills_the_form(page):
     view = page.view
     view.preset.setCurrentText("gpt2-medium")
     view.presetChosen.emit("gpt2-medium")
-    assert page.view.values() == GPTConfig.preset("gpt2-medium").to_dict()
+    assert GPTConfig(**page.view.values()) == GPTConfig.preset("gpt2-medium")
     assert _total_shown(page) == count_parameters(GPTConfig.preset("gpt2-medium")).total == 354_823_168
     assert view.preset.currentText() == "gpt2-medium"
 
@@ -125,7 +126,7 @@ def test_building_a_tiny_model_swaps_it_in_and_updates_the_status_bar(qtbot, win
     assert "xavier-normal" in window.status_labels["model"].text()
     assert window.status_labels["trained"].text() == "UNTRAINED"
     assert "Built" in view.build_status.text() and f"{expected:,}" in view.build_status.text()
-    assert view.values() == GPTConfig(**TINY_BUILD).to_dict()  # the panel shows the new model's config
+    assert GPTConfig(**view.values()) == GPTConfig(**TINY_BUILD)  # the panel shows the new model's config
 
 
 def test_fault_build_refused_over_memory_with_the_estimate(qtbot, window, tiny_session):
@@ -160,3 +161,116 @@ def test_fault_cuda_oom_during_build_suggests_cpu_or_a_smaller_model(qtbot, wind
     view.inputs["n_layer"].setValue(3)  # still responsive
     assert _total_shown(window.panel("config")) == count_parameters(GPTConfig(**{**TINY_BUILD, "n_layer": 3})).total
     window.error_dialog.close()
+
+
+def test_vocab_below_the_tokenizer_is_a_warning_at_the_field_that_still_builds(page):
+    view = page.view
+    view.inputs["vocab_size"].setValue(1000)
+    assert view.inputs["vocab_size"].property("warning") is True
+    text = view.warning_label.text()
+    assert "1,000" in text and "50,257" in text and "Generation" in text  # says what will happen
+    assert view.build_button.isEnabled() and not view.error_label.isVisibleTo(page)  # the user may accept it
+    view.inputs["vocab_size"].setValue(50304)  # nanoGPT's padded vocabulary covers every id
+    assert view.inputs["vocab_size"].property("warning") is False and not view.warning_label.isVisibleTo(page)
+
+
+def test_an_invalid_field_dims_the_readout_and_the_preset_says_custom(page):
+    view = page.view
+    view.preset.setCurrentText("gpt2-xl")
+    view.preset.activated.emit(view.preset.currentIndex())
+    assert view.preset.currentText() == "gpt2-xl" and not view.readout_dimmed()
+    view.inputs["n_head"].setValue(7)  # 1600 is not divisible by 7
+    assert view.readout_dimmed() and view.preset.currentText() == "custom"
+    assert "last valid config" in view.error_label.text()
+    # the spin box is tinted through its palette: no style sheet, so its arrows stay native
+    assert view.inputs["n_head"].styleSheet() == "" and view.inputs["n_head"].property("invalid") is True
+    view.inputs["n_head"].setValue(25)
+    assert not view.readout_dimmed() and view.preset.currentText() == "gpt2-xl"
+
+
+def test_build_names_the_preset_when_the_config_equals_one(qtbot, window, tiny_session, monkeypatch):
+    from explorer.devices import BuildRefused  # noqa: F401 - the real check_fits is bypassed below
+
+    view = window.show_panel("config").view
+    monkeypatch.setattr(tiny_session, "check_fits", lambda *_a, **_k: None)
+    view.preset.setCurrentText("distilgpt2")
+    view.preset.activated.emit(view.preset.currentIndex())
+    view.inputs["block_size"].setValue(64)  # not the preset any more: named by its shape
+    assert view.preset.currentText() == "custom"
+    with qtbot.waitSignal(window.modelChanged, timeout=60000):
+        view.build_button.click()
+    assert tiny_session.info.name.startswith("custom (6L × 768")
+    view.inputs["block_size"].setValue(1024)  # distilgpt2 exactly
+    assert view.preset.currentText() == "distilgpt2"
+    with qtbot.waitSignal(window.modelChanged, timeout=60000):
+        view.build_button.click()
+    assert tiny_session.info.name == "distilgpt2 shape (gpt2 init)"
+    qtbot.waitUntil(lambda: not window.runner.busy, timeout=30000)
+
+
+def test_cancel_build_keeps_the_current_model_and_says_so(qtbot, window, tiny_session):
+    view = window.show_panel("config").view
+    _set_form(view, TINY_BUILD)
+    before, version = tiny_session.model, tiny_session.version
+    view.build_button.click()
+    assert view.cancel_build_button.isVisibleTo(view)
+    view.cancel_build_button.click()
+    qtbot.waitUntil(lambda: not window.runner.busy, timeout=30000)
+    assert tiny_session.model is before and tiny_session.version == version
+    assert "cancelled" in view.build_status.text() and "tiny (test)" in view.build_status.text()
+    assert not view.cancel_build_button.isVisibleTo(view) and view.build_button.isEnabled()
+
+
+def test_modern_parts_in_the_form_recount_live_and_explain_each_difference(page):
+    view = page.view
+    view.preset.setCurrentText("gpt2")
+    view.preset.activated.emit(view.preset.currentIndex())
+    view.inputs["pos_embedding"].setCurrentText("sinusoidal")
+    text = view.readout.parts_label.text()
+    assert "sinusoidal: −786,432 vs learned" in text  # GPT-2 small's 1024 × 768 table, gone
+    assert _total_shown(page) == count_parameters(GPTConfig.preset("gpt2", pos_embedding="sinusoidal")).total
+    view.inputs["pos_embedding"].setCurrentText("rope")
+    view.inputs["n_kv_head"].setValue(4)
+    view.inputs["norm"].setCurrentText("rmsnorm")
+    view.inputs["mlp"].setCurrentText("swiglu")
+    cfg = GPTConfig.preset("gpt2", pos_embedding="rope", n_kv_head=4, norm="rmsnorm", mlp="swiglu")
+    assert _form_config(page) == cfg and _total_shown(page) == count_parameters(cfg).total
+    text = view.readout.parts_label.text()
+    assert "grouped-query 12/4: K and V projections ×1/3" in text and "swiglu:" in text and "rmsnorm:" in text
+    assert view.preset.currentText() == "custom"
+    view.inputs["n_kv_head"].setValue(5)  # 12 query heads cannot share 5 key/value heads
+    assert view.inputs["n_kv_head"].property("invalid") is True and "divisible" in view.error_label.text()
+    view.inputs["n_kv_head"].setValue(0)  # '= n_head'
+    assert _form_config(page).n_kv_head is None and not view.error_label.isVisibleTo(page)
+
+
+def test_building_a_grouped_query_rotary_model(qtbot, window, tiny_session):
+    view = window.show_panel("config").view
+    _set_form(view, dict(TINY_BUILD, n_head=4, n_kv_head=2))
+    view.inputs["pos_embedding"].setCurrentText("rope")
+    view.inputs["norm"].setCurrentText("rmsnorm")
+    view.inputs["mlp"].setCurrentText("swiglu")
+    with qtbot.waitSignal(window.modelChanged, timeout=30000):
+        view.build_button.click()
+    cfg = tiny_session.model.config
+    assert (cfg.pos_embedding, cfg.norm, cfg.mlp, cfg.kv_heads) == ("rope", "rmsnorm", "swiglu", 2)
+    assert tiny_session.info.n_params == count_parameters(cfg).total
+    page = window.show_panel("attention")  # every view works on it
+    page.set_prompt("Every effort moves you")
+    qtbot.waitUntil(lambda: page.controller.result is not None and page.controller.result.n_head == 4,
+                    timeout=30000)
+    qtbot.waitUntil(lambda: not window.runner.busy, timeout=30000)
+
+
+def test_build_progress_moves_module_by_module(qtbot, window, tiny_session, monkeypatch):
+    view = window.show_panel("config").view
+    _set_form(view, dict(TINY_BUILD, n_layer=6))
+    seen = []
+    real = view.set_build_progress
+    monkeypatch.setattr(view, "set_build_progress", lambda d, t, m: (seen.append((d, t, m)), real(d, t, m)))
+    with qtbot.waitSignal(window.modelChanged, timeout=30000):
+        view.build_button.click()
+    done = [d for d, _t, _m in seen]
+    assert done == sorted(done) and len(set(done)) > 6 * 4  # real steps, not three jumps
+    assert any("blocks.5." in m for _d, _t, m in seen)
+    qtbot.waitUntil(lambda: not window.runner.busy, timeout=30000)

@@ -22,16 +22,17 @@ import torch
 from PySide6.QtCore import QCoreApplication, QEvent, QThreadPool, QTimer, Qt
 from PySide6.QtWidgets import QApplication
 
-from explorer.controllers.attention import AttentionView
-from explorer.controllers.generation import GenerationPane
-from explorer.registry import PanelContext
+from explorer.controllers.attention import AttentionController
+from explorer.controllers.base import PanelPage
+from explorer.controllers.generation import GenerationController
+from explorer.context import PanelContext
 
 EDITS = 500
 GENERATIONS = 20
 NEW_TOKENS = 4
 DEBOUNCE_MS = 5  # the controller's real single-shot timer, shortened so 500 edits fit in seconds
 WAIT_MS = 20000
-# ~100 tokens: thumbnails are pooled to 64 × 64 and the selected layer is kept at full
+# ~100 tokens: thumbnails are pooled (bins of 2 tokens, 50 × 50) and the selected layer is kept at full
 # resolution, so each drawn result is ~0.3 MB. Retaining one per edit would add ~150 MB;
 # an idle session's RSS settles within a few MB once warmed up.
 BASE_PROMPT = " ".join(f"token{i}" for i in range(40))
@@ -68,31 +69,31 @@ def apply_keys(text: str, keys: list[str]) -> str:
 def test_fault_long_session_leaks_nothing(qtbot, panel_context, single_torch_thread):
     session, runner = panel_context.session, panel_context.runner
     ctx = PanelContext(session=session, runner=runner, window=None, prompt=BASE_PROMPT)
-    attention = AttentionView(ctx, debounce_ms=DEBOUNCE_MS)
+    attention = PanelPage(ctx, AttentionController, debounce_ms=DEBOUNCE_MS)
     qtbot.addWidget(attention)
     controller = attention.controller
     assert controller.timer.interval() == DEBOUNCE_MS
-    generation = GenerationPane(PanelContext(session=session, runner=runner, window=None, prompt=None))
+    generation = PanelPage(PanelContext(session=session, runner=runner, window=None, prompt=None), GenerationController)
     qtbot.addWidget(generation)
     generation.view.set_prompt_text("Once upon a time")
     generation.view.set_settings(max_new_tokens=NEW_TOKENS, temperature=0.0)
-    prompt_box = attention.panel.prompt
+    prompt_box = attention.view.prompt
     prompt_box.moveCursor(prompt_box.textCursor().MoveOperation.End)
 
     drawn: list[weakref.ref] = []
     controller.drawn.connect(lambda result: drawn.append(weakref.ref(result)))
     runs: list[weakref.ref] = []
     finished_reasons: list[str] = []
-    generation.generationFinished.connect(finished_reasons.append)
+    generation.controller.generationFinished.connect(finished_reasons.append)
 
     def idle() -> bool:
         return (not controller.timer.isActive() and not controller._in_flight
-                and not generation._debounce.isActive() and not runner.busy)
+                and not generation.controller._debounce.isActive() and not runner.busy)
 
     def generate_once() -> None:
-        with qtbot.waitSignal(generation.generationFinished, timeout=WAIT_MS):
+        with qtbot.waitSignal(generation.controller.generationFinished, timeout=WAIT_MS):
             generation.view.generate_button.click()
-            runs.append(weakref.ref(generation._run))
+            runs.append(weakref.ref(generation.controller._run))
         qtbot.waitUntil(idle, timeout=WAIT_MS)
 
     def flush() -> None:
@@ -128,17 +129,17 @@ def test_fault_long_session_leaks_nothing(qtbot, panel_context, single_torch_thr
           f"RSS {rss_before / 2**20:.1f} -> {rss_after / 2**20:.1f} MiB (growth {growth_mb:+.1f} MiB)")
 
     # It really ran: every edit reached the screen, every generation finished normally.
-    assert attention.panel.prompt_text() == final_text
+    assert attention.view.prompt_text() == final_text
     assert controller.result.text == final_text
     assert len(drawn) >= EDITS  # one frame per edit (each waited for its capture) + warm-up
     assert len(runs) == GENERATIONS + 1 and finished_reasons == ["done"] * (GENERATIONS + 1)
-    assert generation.last_run.produced == NEW_TOKENS and len(generation.generated_ids) == NEW_TOKENS
+    assert generation.controller.last_run.produced == NEW_TOKENS and len(generation.controller.generated_ids) == NEW_TOKENS
 
     # Nothing retained: only the frame on screen survives, and only the last run.
     alive = [ref() for ref in drawn if ref() is not None]
     assert alive == [controller.result], f"{len(alive)} drawn results are still alive"
     alive_runs = [ref() for ref in runs if ref() is not None]
-    assert alive_runs == [generation.last_run], f"{len(alive_runs)} generation runs are still alive"
+    assert alive_runs == [generation.controller.last_run], f"{len(alive_runs)} generation runs are still alive"
 
     # No threads, timers or windows left behind.
     assert runner.active_count() == 0 and not runner.busy and not runner._tasks

@@ -23,10 +23,11 @@ import pytest
 import torch
 from PySide6.QtCore import QSettings, QTimer
 
-from explorer.controllers.attention import AttentionView
-from explorer.controllers.generation import GenerationPane
+from explorer.controllers.attention import AttentionController
+from explorer.controllers.base import PanelPage
+from explorer.controllers.generation import GenerationController
 from explorer.main_window import MainWindow
-from explorer.registry import PanelContext
+from explorer.context import PanelContext
 from explorer.session import Session
 
 transformers = pytest.importorskip("transformers")
@@ -63,7 +64,7 @@ def user_state(window, qtbot):
 def snapshot(window, attention, config, generation) -> dict:
     s = window.session
     return dict(model=s.model, info=s.info, version=s.version, status=window.status_labels["model"].text(),
-                prompt=attention.panel.prompt_text(), drawn=attention.controller.result.text,
+                prompt=attention.view.prompt_text(), drawn=attention.controller.result.text,
                 config=config.values(), settings=generation.view.settings())
 
 
@@ -170,7 +171,7 @@ def test_fault_bad_checkpoint_opened_in_the_window_loses_nothing(qtbot, window, 
     assert window.error_dialog.windowTitle() == "Could not load the model"
     for fragment in fragments:
         assert fragment in message, (fragment, message)
-    assert "previous model is still loaded" in message and "Traceback" not in message
+    assert "is still loaded" in message and "Traceback" not in message
     assert not (tmp_path / "code-ran").exists()  # item 1: the payload never ran
     assert snapshot(window, attention, config, generation) == before  # nothing lost
     window.error_dialog.close()
@@ -204,7 +205,7 @@ def test_fault_tampered_tokenizer_is_reported_and_not_used(qtbot, runner, tiny_s
         assert w.error_dialog.windowTitle() == "Tokenizer problem"
         assert "hash mismatch" in message and "not used" in message and "pip install --force-reinstall" in message
         assert session._tokenizer is None  # the tampered file was not turned into a tokenizer
-        assert attention.controller.result is None and attention.panel.prompt_text() == "hello"
+        assert attention.controller.result is None and attention.view.prompt_text() == "hello"
         w.error_dialog.close()
         w.close()
     finally:
@@ -228,8 +229,8 @@ def test_fault_cuda_oom_in_the_attention_forward(qtbot, window, tiny_session, mo
     message = window.error_dialog.text()
     assert window.error_dialog.windowTitle() == "Out of GPU memory"
     assert "--device cpu" in message and "smaller model" in message
-    assert "out of memory" in attention.panel.status_label.text().lower()
-    assert attention.panel.prompt_text() == USER_PROMPT + " longer"  # the user's text stays
+    assert "out of memory" in attention.view.status_label.text().lower()
+    assert attention.view.prompt_text() == USER_PROMPT + " longer"  # the user's text stays
     assert attention.controller.result.text == USER_PROMPT  # the last good picture stays
     monkeypatch.undo()
     window.error_dialog.close()
@@ -254,7 +255,7 @@ def test_fault_cuda_oom_during_generation(qtbot, window, tiny_session, monkeypat
         return real_forward(*args, **kwargs)
 
     monkeypatch.setattr(model, "forward", fails_on_the_fourth_step)
-    with qtbot.waitSignal(generation.generationFinished, timeout=WAIT_MS) as finished:
+    with qtbot.waitSignal(generation.controller.generationFinished, timeout=WAIT_MS) as finished:
         generation.view.generate_button.click()
     qtbot.waitUntil(lambda: window.error_dialog is not None, timeout=WAIT_MS)
     wait_quiet(qtbot, window.runner)
@@ -265,12 +266,12 @@ def test_fault_cuda_oom_during_generation(qtbot, window, tiny_session, monkeypat
     assert "out of memory" in generation.view.stream_status.text().lower()
     shown = len(generation.view.stream.tokens())
     assert 1 <= shown < 50  # the tokens made before the failure stay on screen
-    assert generation.view.generate_button.isEnabled() and not generation.running
+    assert generation.view.generate_button.isEnabled() and not generation.controller.running
     assert generation.view.settings() == settings and tiny_session.model is model
     window.error_dialog.close()
-    with qtbot.waitSignal(generation.generationFinished, timeout=WAIT_MS) as finished:
+    with qtbot.waitSignal(generation.controller.generationFinished, timeout=WAIT_MS) as finished:
         generation.view.generate_button.click()  # and generating works again
-    assert finished.args == ["done"] and len(generation.generated_ids) == 50
+    assert finished.args == ["done"] and len(generation.controller.generated_ids) == 50
     wait_quiet(qtbot, window.runner)
 
 
@@ -302,15 +303,15 @@ def poll():
         w.notify_model_changed()
         return QTimer.singleShot(20, poll)
     if mode == "generation":
-        pane = w.show_panel("generation")
+        pane = w.show_panel("generation").controller
         pane.view.set_settings(max_new_tokens=100000, temperature=1.0)
         pane.view.generate_button.click()
         busy = lambda: pane.running and pane._run.shown >= 2
     else:
         view = w.show_panel("residual")
-        view.panel.seeds_box.setValue(8)
-        view.panel.run_button.click()
-        busy = lambda: view.panel.progress.value() >= 1
+        view.view.seeds_box.setValue(8)
+        view.view.run_button.click()
+        busy = lambda: view.view.progress.value() >= 1
     def wait_busy():
         if not busy():
             return QTimer.singleShot(10, wait_busy)
@@ -356,14 +357,14 @@ VOCAB_FIX = ["outside this model", "vocab_size=500"]  # the problem (HTML may es
 
 def test_fault_small_vocab_model_explains_out_of_vocabulary_text_in_attention(qtbot, small_vocab_context):
     session = small_vocab_context.session
-    view = AttentionView(small_vocab_context)
+    view = PanelPage(small_vocab_context, AttentionController)
     qtbot.addWidget(view)
     view.set_prompt("Hello world")  # 'Hello' is id 15496
-    qtbot.waitUntil(lambda: "vocabulary" in view.panel.status_label.text(), timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: "vocabulary" in view.view.status_label.text(), timeout=WAIT_MS)
     wait_quiet(qtbot, small_vocab_context.runner)
-    status = view.panel.status_label.text()
+    status = view.view.status_label.text()
     assert all(f in status for f in VOCAB_FIX) and "index out of range" not in status
-    assert view.panel.prompt_text() == "Hello world"
+    assert view.view.prompt_text() == "Hello world"
     low = "a b c d"  # single-byte and early-merge tokens, all below 500
     assert max(session.encode(low)) < 500
     view.set_prompt(low)  # the fix the message suggests works
@@ -374,8 +375,9 @@ def test_fault_small_vocab_model_explains_out_of_vocabulary_text_in_attention(qt
 
 def test_fault_small_vocab_model_explains_out_of_vocabulary_text_in_generation(qtbot, small_vocab_context):
     session = small_vocab_context.session
-    pane = GenerationPane(small_vocab_context)
-    qtbot.addWidget(pane)
+    page = PanelPage(small_vocab_context, GenerationController)
+    qtbot.addWidget(page)
+    pane = page.controller
     pane.view.set_prompt_text("Hello world")
     pane.refresh_logits()
     qtbot.waitUntil(lambda: "vocabulary" in pane.view.chart.note.text(), timeout=WAIT_MS)
@@ -407,7 +409,7 @@ def test_fault_small_vocab_model_explains_out_of_vocabulary_text_in_generation(q
 def test_fault_block_size_one_model_works_in_attention_and_generation(qtbot, runner):
     session = Session.tiny(block_size=1)
     ctx = PanelContext(session=session, runner=runner, window=None, prompt=None)
-    view = AttentionView(ctx)
+    view = PanelPage(ctx, AttentionController)
     qtbot.addWidget(view)
     view.set_prompt("The quick brown fox")
     qtbot.waitUntil(lambda: view.controller.result is not None and view.controller.result.text == "The quick brown fox",
@@ -415,9 +417,10 @@ def test_fault_block_size_one_model_works_in_attention_and_generation(qtbot, run
     result = view.controller.result
     assert result.n_tokens == 1 and result.cropped == len(session.encode("The quick brown fox")) - 1
     np.testing.assert_allclose(result.thumbnails, 1.0)  # one token attends only to itself
-    assert not view.panel.crop_note.isHidden()
-    pane = GenerationPane(ctx)
-    qtbot.addWidget(pane)
+    assert not view.view.crop_note.isHidden()
+    page = PanelPage(ctx, GenerationController)
+    qtbot.addWidget(page)
+    pane = page.controller
     pane.view.set_prompt_text("The quick brown fox")
     pane.view.set_settings(max_new_tokens=3, temperature=0.0)
     pane.refresh_logits()
@@ -439,7 +442,8 @@ def test_fault_block_size_one_model_works_in_attention_and_generation(qtbot, run
 # --- not on the list: swapping the model during a residual sweep ----------------------------------------
 
 def test_fault_model_swap_during_residual_sweep_draws_the_new_models_curve(qtbot, runner, tmp_path):
-    from explorer.controllers.residual import ResidualView
+    from explorer.controllers.base import PanelPage
+    from explorer.controllers.residual import ResidualController
     from gptcore.probes.residual import model_residual_norms
 
     def trained_folder(name, seed):
@@ -451,9 +455,9 @@ def test_fault_model_swap_during_residual_sweep_draws_the_new_models_curve(qtbot
     session = Session(device="cpu")
     session.load(trained_folder("first", 1))
     first_model = session.model
-    view = ResidualView(PanelContext(session=session, runner=runner), autorun=False)
+    view = PanelPage(PanelContext(session=session, runner=runner), ResidualController, autorun=False)
     qtbot.addWidget(view)
-    p = view.panel
+    p = view.view
     p.set_shape(2, 64, 4)
     p.batch_box.setValue(2)
     p.length_box.setValue(8)

@@ -12,7 +12,8 @@ import torch
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QTextCursor
 
-from explorer.controllers.generation import LOGITS_KEY, GenerationPane
+from explorer.controllers.base import PanelPage
+from explorer.controllers.generation import LOGITS_KEY, GenerationController
 from explorer.panels.sampling_controls import top_k_ladder
 from explorer.panels.token_stream import format_prob, probability_colour
 from gptcore.generation import generate
@@ -29,13 +30,15 @@ def softmax(x: np.ndarray) -> np.ndarray:
 @pytest.fixture
 def pane(qtbot, panel_context):
     """A pane on the tiny model, its first distribution drawn."""
-    widget = GenerationPane(panel_context)
-    qtbot.addWidget(widget)
+    page = PanelPage(panel_context, GenerationController)
+    qtbot.addWidget(page)
+    widget = page.controller
     widget.view.set_prompt_text(PROMPT)
     with qtbot.waitSignal(widget.dataReady, timeout=10000):
         widget.refresh_logits()
     qtbot.waitUntil(lambda: widget.logits is not None and widget.logits.context.text == PROMPT, timeout=10000)
-    return widget
+    yield widget  # the controller; this frame keeps its page (and so the view) alive
+    del page
 
 
 def generate_and_wait(qtbot, pane, **settings) -> list[int]:
@@ -87,9 +90,10 @@ def test_greedy_settings_equal_gptcore_greedy(qtbot, pane, settings):
 
 def test_stop_halts_within_one_step(qtbot, pane):
     pane.view.set_settings(max_new_tokens=1000, temperature=1.0)
-    pane.show()
-    with qtbot.waitActive(pane):
-        pane.activateWindow()
+    page = pane.parent()  # the PanelPage holding view and controller
+    page.show()
+    with qtbot.waitActive(page):
+        page.activateWindow()
     pane.view.prompt.setFocus()  # the user is typing in the prompt box
     qtbot.waitUntil(pane.view.prompt.hasFocus)
     qtbot.keyClick(pane.view.prompt, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)  # Ctrl+Enter
@@ -104,13 +108,14 @@ def test_stop_halts_within_one_step(qtbot, pane):
     assert run.shown == run.produced  # every produced token reached the text, none after
     assert pane.view.generate_button.isEnabled() and not pane.view.stop_button.isEnabled()
     assert "stopped" in pane.view.stream_status.text()
-    pane.hide()
+    pane.parent().hide()
 
 
 def test_tokens_are_coloured_and_hover_shows_the_alternatives(qtbot, pane):
-    pane.resize(1000, 700)
-    pane.show()
-    qtbot.waitExposed(pane)  # hovering needs laid-out text
+    page = pane.parent()
+    page.resize(1000, 700)
+    page.show()
+    qtbot.waitExposed(page)  # hovering needs laid-out text
     ids = generate_and_wait(qtbot, pane, temperature=1.0, top_k=3, seed=3, max_new_tokens=6)
     stream = pane.view.stream
     tokens = stream.tokens()
@@ -134,7 +139,7 @@ def test_tokens_are_coloured_and_hover_shows_the_alternatives(qtbot, pane):
     assert beaten and all(text.strip() in tip for text in beaten if text.strip())
     assert "%" in tip
     assert stream.token_index_at(QPoint(2, 2)) is None  # the prompt is not a generated token
-    pane.hide()
+    pane.parent().hide()
 
 
 # --- the live distribution --------------------------------------------------------------------
@@ -204,7 +209,7 @@ def test_fault_prompt_odd_characters(qtbot, pane, prompt):
     ids = pane.logits.context.ids.tolist()
     assert ids == pane.session.encode(prompt)
     assert 50256 not in ids  # "<|endoftext|>" typed by the user is text, not the special token
-    assert pane.view.chart.bar_labels() and not pane.view.prompt_note.isVisibleTo(pane)
+    assert pane.view.chart.bar_labels() and not pane.view.prompt_note.isVisibleTo(pane.view)
     generate_and_wait(qtbot, pane, max_new_tokens=3, temperature=0)
     shown = pane.view.stream.toPlainText()
     if "🚀" in prompt:
@@ -218,7 +223,7 @@ def test_fault_prompt_odd_characters(qtbot, pane, prompt):
 def test_fault_empty_prompt_starts_from_endoftext(qtbot, pane):
     wait_for_prompt(qtbot, pane, "")
     assert pane.logits.context.ids.tolist() == [50256] and pane.logits.context.from_eot
-    assert "<|endoftext|>" in pane.view.prompt_note.text() and pane.view.prompt_note.isVisibleTo(pane)
+    assert "<|endoftext|>" in pane.view.prompt_note.text() and pane.view.prompt_note.isVisibleTo(pane.view)
     assert "<|endoftext|>" in pane.view.chart.caption.text() or "&lt;|endoftext|&gt;" in pane.view.chart.caption.text()
     ids = generate_and_wait(qtbot, pane, max_new_tokens=4, temperature=0)
     assert ids == [s.token for s in generate(pane.session.model, [50256], max_new_tokens=4, temperature=0)]
@@ -302,8 +307,9 @@ def test_fault_nan_weights_give_a_message_not_bars(qtbot, pane):
 
 def test_set_prompt_generates_then_signals_ready(qtbot, panel_context):
     """What screenshot mode relies on: `--prompt` shows the bars AND a streamed continuation."""
-    widget = GenerationPane(panel_context)
-    qtbot.addWidget(widget)
+    page = PanelPage(panel_context, GenerationController)
+    qtbot.addWidget(page)
+    widget = page.controller
     with qtbot.waitSignal(widget.dataReady, timeout=20000):
         widget.set_prompt("Once upon a time")
     assert widget.is_ready and widget.view.prompt_text() == "Once upon a time"

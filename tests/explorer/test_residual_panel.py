@@ -8,9 +8,11 @@ import pytest
 from PySide6.QtGui import QImage
 
 from explorer.controllers import residual as residual_controller
-from explorer.controllers.residual import ResidualView
+from explorer.controllers.base import PanelPage
+from explorer.controllers.residual import ResidualController
 from explorer.panels.residual_panel import ResidualPanel
-from explorer.registry import PanelContext, find_panel
+from explorer.context import PanelContext
+from explorer.registry import find_panel
 from explorer.session import ModelInfo, Session
 from gptcore.init import INIT_SCHEMES
 from gptcore.model import GPT
@@ -21,10 +23,10 @@ from gptcore.probes.residual import model_residual_norms, residual_norms
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
 
 
-def small_view(qtbot, ctx, **shape) -> ResidualView:
-    view = ResidualView(ctx, autorun=False)
+def small_view(qtbot, ctx, **shape) -> PanelPage:
+    view = PanelPage(ctx, ResidualController, autorun=False)
     qtbot.addWidget(view)
-    p = view.panel
+    p = view.view
     p.set_shape(shape.get("n_layer", 2), shape.get("n_embd", 64), shape.get("n_head", 4))
     p.batch_box.setValue(2)
     p.length_box.setValue(8)
@@ -32,9 +34,9 @@ def small_view(qtbot, ctx, **shape) -> ResidualView:
     return view
 
 
-def run_and_wait(qtbot, view: ResidualView, timeout=60_000):
+def run_and_wait(qtbot, view: PanelPage, timeout=60_000):
     with qtbot.waitSignal(view.controller.drawn, timeout=timeout) as blocker:
-        view.panel.run_button.click()
+        view.view.run_button.click()
     qtbot.waitUntil(lambda: not view.controller.ctx.runner.busy, timeout=timeout)
     return blocker.args[1]
 
@@ -83,28 +85,28 @@ def test_view_measures_in_a_worker_and_draws_what_the_session_computes(qtbot, pa
     view = small_view(qtbot, panel_context)
     with qtbot.waitSignal(view.dataReady, timeout=60_000):
         result = run_and_wait(qtbot, view)
-    assert view.is_ready and view.panel.curve_names() == list(INIT_SCHEMES)
+    assert view.is_ready and view.view.curve_names() == list(INIT_SCHEMES)
     want = residual_norms(result.curves.config, seeds=(0, 1), batch=2, length=8)
     np.testing.assert_allclose(result.curves.values, want.values)
     assert result.curves.config["n_layer"] == 2 and result.reference is None  # tiny session is untrained
-    assert "12 runs (6 schemes × 2 seeds" in view.panel.status.text()
-    assert "Growth from embedding" in view.panel.caption.text()
+    assert "12 runs (6 schemes × 2 seeds" in view.view.status.text()
+    assert "Growth from embedding" in view.view.caption.text()
 
 
 def test_gradient_view_with_residuals_switched_off(qtbot, panel_context):
     view = small_view(qtbot, panel_context, n_layer=3)
-    view.panel.residual_box.setChecked(False)
+    view.view.residual_box.setChecked(False)
     for name in INIT_SCHEMES[2:]:
-        view.panel.scheme_boxes[name].setChecked(False)
+        view.view.scheme_boxes[name].setChecked(False)
     with qtbot.waitSignal(view.controller.drawn, timeout=60_000) as blocker:
-        view.panel.set_view("gradients")  # a view without data runs by itself
+        view.view.set_view("gradients")  # a view without data runs by itself
     qtbot.waitUntil(lambda: not panel_context.runner.busy, timeout=60_000)
     result = blocker.args[1]
     assert blocker.args[0] == "gradients" and result.curves.quantity == "grad-params"
     assert result.curves.config["residual"] is False and result.curves.values.shape == (2, 2, 3)
-    assert view.panel.curve_names() == ["gpt2", "gpt2-unscaled"]
-    assert "WITHOUT residual" in view.panel.plot.getPlotItem().titleLabel.text
-    assert not view.panel.metric_box.isEnabled() and view.panel.quantity_box.isEnabled()
+    assert view.view.curve_names() == ["gpt2", "gpt2-unscaled"]
+    assert "WITHOUT residual" in view.view.plot.getPlotItem().titleLabel.text
+    assert not view.view.metric_box.isEnabled() and view.view.quantity_box.isEnabled()
 
 
 def test_comparison_draws_the_other_residual_setting_dashed(qtbot, panel_context, tmp_path):
@@ -113,22 +115,22 @@ def test_comparison_draws_the_other_residual_setting_dashed(qtbot, panel_context
 
     view = small_view(qtbot, panel_context, n_layer=3, seeds=1)
     for name in INIT_SCHEMES[1:]:
-        view.panel.scheme_boxes[name].setChecked(False)
-    view.panel.compare_box.setChecked(True)
-    view.panel.set_view("gradients")
+        view.view.scheme_boxes[name].setChecked(False)
+    view.view.compare_box.setChecked(True)
+    view.view.set_view("gradients")
     qtbot.waitUntil(lambda: "gradients" in view.controller.results, timeout=60_000)
     qtbot.waitUntil(lambda: not panel_context.runner.busy, timeout=60_000)
-    data = view.panel._data["gradients"]
+    data = view.view._data["gradients"]
     cfg = view.controller.results["gradients"].curves.config
     want = panel_context.session.gradient_flow(
         config=dict(cfg, residual=False), schemes=("gpt2",), seeds=(0,), batch=2, length=8).curves.values
     np.testing.assert_allclose(data["comparison"], want)
     assert cfg["residual"] is True and not np.allclose(data["values"], want)
-    dashed = [i for i in view.panel.plot.items_drawn if isinstance(i, pg.PlotDataItem)
+    dashed = [i for i in view.view.plot.items_drawn if isinstance(i, pg.PlotDataItem)
               and i.getData()[0] is not None and len(i.getData()[0]) and pg_pen_style(i) == Qt.PenStyle.DashLine]
     assert len(dashed) == 1  # gpt2's no-residual curve
-    assert view.panel.curve_names() == ["gpt2"]
-    assert "Dashed</b> (without residual connections): gpt2" in view.panel.caption.text()
+    assert view.view.curve_names() == ["gpt2"]
+    assert "Dashed</b> (without residual connections): gpt2" in view.view.caption.text()
     view.controller.export("csv", str(tmp_path / "g.csv"))
     schemes = {row["scheme"] for row in csv.DictReader(open(tmp_path / "g.csv", encoding="utf-8"))}
     assert schemes == {"gpt2", "gpt2 (without residual connections)"}
@@ -150,16 +152,16 @@ def test_cancel_stops_within_one_step(qtbot, panel_context, monkeypatch):
 
     monkeypatch.setattr(residual_probe, "init_weights", counting_init)
     view = small_view(qtbot, panel_context, n_layer=6, n_embd=128, seeds=5)
-    view.panel.run_button.click()
-    qtbot.waitUntil(lambda: view.panel.progress.value() >= 1, timeout=60_000)
-    assert view.panel.cancel_button.isEnabled()
-    view.panel.cancel_button.click()
+    view.view.run_button.click()
+    qtbot.waitUntil(lambda: view.view.progress.value() >= 1, timeout=60_000)
+    assert view.view.cancel_button.isEnabled()
+    view.view.cancel_button.click()
     started_at_cancel = len(steps)
     qtbot.waitUntil(lambda: not panel_context.runner.busy, timeout=60_000)
     assert len(steps) - started_at_cancel <= 1  # at most the step already under way
     assert len(steps) < len(INIT_SCHEMES) * 5
-    assert not view.controller.results and view.panel.run_button.isEnabled()
-    assert "Cancelled" in view.panel.status.text()
+    assert not view.controller.results and view.view.run_button.isEnabled()
+    assert "Cancelled" in view.view.status.text()
 
 
 def test_trained_model_curve_is_overlaid_and_follows_model_swaps(qtbot, runner):
@@ -170,11 +172,11 @@ def test_trained_model_curve_is_overlaid_and_follows_model_swaps(qtbot, runner):
     result = run_and_wait(qtbot, view)
     want = model_residual_norms(model, batch=2, length=8, seed=0)
     np.testing.assert_allclose(result.reference, want)
-    assert view.panel.curve_names()[-1] == "tiny-trained (trained, as loaded)"
+    assert view.view.curve_names()[-1] == "tiny-trained (trained, as loaded)"
     session.build(model.config.to_dict(), "gpt2", seed=1)  # an untrained model replaces it
     view.on_model_changed()
     qtbot.waitUntil(lambda: not runner.busy, timeout=10_000)
-    assert not any("trained" in n for n in view.panel.curve_names())
+    assert not any("trained" in n for n in view.view.curve_names())
 
 
 def test_exports_csv_png_svg(qtbot, panel_context, tmp_path):
@@ -196,20 +198,20 @@ def test_exports_csv_png_svg(qtbot, panel_context, tmp_path):
 
 def test_a_setting_that_cannot_be_built_is_explained_not_raised(qtbot, panel_context):
     view = small_view(qtbot, panel_context, n_embd=100, n_head=3)
-    view.panel.run_button.click()
-    qtbot.waitUntil(lambda: "⚠" in view.panel.status.text(), timeout=10_000)
+    view.view.run_button.click()
+    qtbot.waitUntil(lambda: "⚠" in view.view.status.text(), timeout=10_000)
     qtbot.waitUntil(lambda: not panel_context.runner.busy, timeout=10_000)
-    assert "n_head" in view.panel.status.text() and "divisible" in view.panel.status.text()
-    assert view.panel.run_button.isEnabled()
+    assert "n_head" in view.view.status.text() and "divisible" in view.view.status.text()
+    assert view.view.run_button.isEnabled()
 
 
 def test_registry_builds_the_residual_view(qtbot, panel_context, monkeypatch):
     monkeypatch.setattr(residual_controller, "START_SHAPE", (2, 64, 4))
-    widget = find_panel("residual").factory(panel_context)
+    widget = find_panel("residual").build(panel_context)
     qtbot.addWidget(widget)
-    assert isinstance(widget, ResidualView)
-    widget.panel.seeds_box.setValue(1)
-    widget.panel.length_box.setValue(8)
+    assert isinstance(widget.controller, ResidualController)
+    widget.view.seeds_box.setValue(1)
+    widget.view.length_box.setValue(8)
     qtbot.waitUntil(lambda: widget.is_ready, timeout=60_000)  # it starts measuring by itself
     qtbot.waitUntil(lambda: not panel_context.runner.busy, timeout=60_000)
 
@@ -223,3 +225,25 @@ def test_screenshot_mode_renders_the_residual_panel(tmp_path, hf_checkpoint, run
     assert not img.isNull() and (img.width(), img.height()) == (1100, 750)
     colours = {img.pixel(x, y) for x in range(0, 1100, 9) for y in range(0, 750, 9)}
     assert len(colours) > 20
+
+
+def test_rmsnorm_curves_are_measured_on_rmsnorm_models(qtbot, panel_context, monkeypatch):
+    """The Norm choice reaches the random models the sweep builds (LayerNorm vs RMSNorm curves)."""
+    import gptcore.probes.residual as probe
+
+    built = []
+    real = probe.residual_norms
+
+    def spy(config, *args, **kwargs):
+        built.append(config.norm)
+        return real(config, *args, **kwargs)
+
+    monkeypatch.setattr(probe, "residual_norms", spy)
+    view = small_view(qtbot, panel_context, seeds=1)
+    layer_norm = run_and_wait(qtbot, view).curves.values
+    view.view.norm_box.setCurrentIndex(1)
+    assert "norm changed" in view.view.stale_reason()
+    rms = run_and_wait(qtbot, view).curves.values
+    assert built == ["layernorm", "rmsnorm"]
+    assert "pre-RMSNorm" in view.view.plot.getPlotItem().titleLabel.text and view.view.stale_reason() == ""
+    assert not np.allclose(layer_norm, rms)

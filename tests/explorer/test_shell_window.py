@@ -97,7 +97,7 @@ def test_fault_nothing_lost_after_a_failed_load(qtbot, window, tiny_session, tmp
     qtbot.waitUntil(lambda: window.error_dialog is not None, timeout=30000)
     qtbot.waitUntil(lambda: not window.runner.busy, timeout=30000)
     assert "broken.safetensors" in window.error_dialog.text()
-    assert "previous model is still loaded" in window.error_dialog.text()
+    assert "is still loaded" in window.error_dialog.text()
     assert tiny_session.model is model and tiny_session.info is info and tiny_session.version == version
     assert window.status_labels["model"].text() == "tiny (test)"
     assert config_view.values() == edited
@@ -220,18 +220,37 @@ def test_a_value_error_raised_by_our_code_gets_an_input_title():
     assert explain(ValueError("no traceback: origin unknown")).title == "Unexpected error"
 
 
-def test_fault_out_of_vocabulary_generation_reaches_the_dialog_as_an_input_problem(qtbot, runner, tmp_path):
+def test_fault_out_of_vocabulary_generation_is_an_input_problem_shown_in_the_pane(qtbot, runner, tmp_path, caplog):
+    """The one error rule: a diagnosed input problem is shown where it happened (no dialog) and logged."""
     from explorer.session import Session
 
     window = MainWindow(Session.tiny(vocab_size=500), runner, settings=_settings(tmp_path))
     qtbot.addWidget(window)
     window.show()
-    pane = window.show_panel("generation")
+    pane = window.show_panel("generation").controller
     pane.view.set_prompt_text("Hello world")  # 'Hello' is id 15496
-    assert pane.start_generation()
-    qtbot.waitUntil(lambda: window.error_dialog is not None, timeout=30000)
-    qtbot.waitUntil(lambda: not runner.busy, timeout=30000)
-    assert window.error_dialog.windowTitle() == "Input not usable"
-    assert "outside this model" in window.error_dialog.text() and "vocab_size=500" in window.error_dialog.text()
-    assert window.errors_shown[-1][0] == "Input not usable"
-    window.error_dialog.close()
+    with caplog.at_level("ERROR", logger="explorer"):
+        with qtbot.waitSignal(pane.generationFinished, timeout=30000) as finished:
+            assert pane.start_generation()
+        qtbot.waitUntil(lambda: not runner.busy, timeout=30000)
+    assert finished.args == ["error"]
+    status = pane.view.stream_status.text()
+    assert "outside this model" in status and "vocab_size=500" in status
+    assert window.error_dialog is None and not window.errors_shown
+    assert any("outside this model" in r.getMessage() for r in caplog.records)
+
+
+def test_size_option_sets_the_interactive_window_over_the_saved_geometry(qtbot, tiny_session, runner, tmp_path):
+    from explorer.app import apply_size, parse_args
+
+    saved = _settings(tmp_path)
+    first = MainWindow(tiny_session, runner, settings=saved)
+    qtbot.addWidget(first)
+    first.resize(1280, 820)
+    first.save_settings()
+    first.close()
+    window = MainWindow(tiny_session, runner, settings=saved)  # restores 1280×820
+    qtbot.addWidget(window)
+    apply_size(window, parse_args(["--size", "900x600"]))  # interactive: no --screenshot
+    assert (window.width(), window.height()) == (900, 600)
+    assert parse_args([]).size_wh is None  # without --size the saved geometry stays

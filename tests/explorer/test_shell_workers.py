@@ -24,8 +24,9 @@ def test_newer_submission_drops_the_older_result(qtbot, runner):
     release = threading.Event()
     results, finished = [], []
 
-    def slow(token, progress):
-        release.wait(5)
+    def slow(token, progress):  # cooperative: one compute thread runs tasks one after another
+        while not release.is_set() and not token.cancelled:
+            release.wait(0.01)
         return "old"
 
     runner.submit("k", slow, on_result=results.append, on_finished=lambda: finished.append("old"))
@@ -114,3 +115,98 @@ def test_a_new_runner_is_idle(qtbot):
     r = TaskRunner()
     assert not r.busy and not r.is_running("x") and r.generation("x") == 0
     r.deleteLater()
+
+
+def test_every_task_runs_on_one_long_lived_thread(qtbot, runner):
+    seen = []
+    for i in range(5):
+        runner.submit(f"k{i}", lambda t, p: threading.get_ident(), on_result=seen.append)
+        qtbot.waitUntil(lambda: not runner.busy, timeout=5000)
+    assert len(seen) == 5 and len(set(seen)) == 1 and seen[0] != threading.get_ident()
+
+
+def test_interactive_task_runs_between_two_steps_of_a_long_one(qtbot, runner):
+    """A long task that reports progress per step (generation, the residual sweep) lets a
+    task of another key run at its next step boundary, not after the whole run."""
+    steps_done, first_step, ran_at = [], threading.Event(), []
+
+    def sweep(token, progress):
+        for i in range(400):
+            token.raise_if_cancelled()
+            threading.Event().wait(0.01)  # one step of work
+            steps_done.append(i)
+            first_step.set()
+            progress(i + 1, 400, "")
+        return "swept"
+
+    results = []
+    runner.submit("sweep", sweep, on_result=results.append)
+    assert first_step.wait(5)
+    submitted_at = len(steps_done)
+    runner.submit("attention", lambda t, p: ran_at.append(len(steps_done)) or "drawn", on_result=results.append)
+    qtbot.waitUntil(lambda: "drawn" in results, timeout=10000)
+    assert ran_at[0] - submitted_at <= 1  # served at the first step boundary after it was submitted
+    assert len(steps_done) < 400  # ... while the sweep was still running
+    runner.cancel("sweep")
+    qtbot.waitUntil(lambda: not runner.busy, timeout=10000)
+
+
+def test_generator_task_yields_steps_and_returns_its_result(qtbot, runner):
+    order = []
+
+    def long_task(token, progress):
+        def steps():
+            for i in range(3):
+                order.append(f"step{i}")
+                if i == 0:
+                    runner_submit_later.set()
+                    while not queued.is_set():
+                        threading.Event().wait(0.005)
+                yield
+            return "total"
+        return steps()
+
+    runner_submit_later, queued = threading.Event(), threading.Event()
+    results = []
+    runner.submit("long", long_task, on_result=results.append)
+    qtbot.waitUntil(runner_submit_later.is_set, timeout=5000)
+    runner.submit("quick", lambda t, p: order.append("quick") or "q", on_result=results.append)
+    queued.set()
+    qtbot.waitUntil(lambda: not runner.busy, timeout=5000)
+    assert order == ["step0", "quick", "step1", "step2"] and results == ["q", "total"]
+
+
+def test_superseded_queued_task_never_runs(qtbot, runner):
+    release, ran = threading.Event(), []
+
+    def hold(token, progress):
+        release.wait(5)
+
+    runner.submit("hold", hold)
+    runner.submit("k", lambda t, p: ran.append("first"))
+    runner.submit("k", lambda t, p: ran.append("second"))
+    release.set()
+    qtbot.waitUntil(lambda: not runner.busy, timeout=5000)
+    assert ran == ["second"]
+
+
+def test_progress_from_a_helper_thread_serves_nothing_there(qtbot, runner):
+    """A library reporting progress from its own threads must not run our tasks on them."""
+    ran_on, helper_done = [], threading.Event()
+
+    def loader(token, progress):
+        def helper():
+            queued.wait(5)
+            progress(1, 2, "from a helper thread")
+            helper_done.set()
+        threading.Thread(target=helper).start()
+        assert helper_done.wait(5)
+        return threading.get_ident()
+
+    queued = threading.Event()
+    results = []
+    runner.submit("load", loader, on_result=results.append)
+    runner.submit("attention", lambda t, p: ran_on.append(threading.get_ident()))
+    queued.set()
+    qtbot.waitUntil(lambda: not runner.busy, timeout=5000)
+    assert ran_on == results  # the interactive task ran on the compute thread, after the load

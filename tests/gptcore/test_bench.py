@@ -9,7 +9,8 @@ import pytest
 
 from gptcore import bench
 
-KEYS = ("forward_capture_ratio", "decode_ratio", "load_ratio", "recount_ms", "patch_heads_ratio", "patch_heads_s")
+KEYS = ("forward_capture_ratio", "decode_ratio", "load_ratio", "recount_ms", "smollm2_load_ratio", "smollm2_decode_ratio",
+        "patch_heads_ratio", "patch_heads_s")
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +46,20 @@ def test_quick_bench_compares_the_same_computation(quick_json):
     assert quick_json["patch_heads_cells"] == n_layer * quick_json["shape"]["n_head"]
     assert quick_json["patch_heads_max_abs_diff"] < 1e-4
     assert quick_json["patch_heads_ratio"] == pytest.approx(quick_json["patch_heads_s"] / quick_json["patch_heads_s_naive"])
+    # the Llama-family half: same parameters, same logits, same greedy tokens as HF
+    assert quick_json["smollm2_params"] == quick_json["smollm2_params_ref"] > 0
+    assert quick_json["smollm2_logits_max_abs_diff"] < 1e-4
+    assert quick_json["smollm2_decode_same_tokens"] is True
+    assert quick_json["smollm2_decode_ratio"] == pytest.approx(
+        quick_json["smollm2_decode_tok_s_ours"] / quick_json["smollm2_decode_tok_s_ref"])
+
+
+def test_full_plan_is_smollm2_135m_shaped():
+    from gptcore.bench_smollm2 import SMOLLM2_135M
+
+    assert SMOLLM2_135M == dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                                num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
+                                rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True)
 
 
 def test_table_names_every_row_with_a_target():
@@ -55,12 +70,21 @@ def test_table_names_every_row_with_a_target():
                    load_s_ours=0.2, load_s_ref=0.4, load_ratio=0.5, recount_ms=0.03, recount_ms_ref=400.0,
                    recount_ratio=0.03 / 400, forward_capture_tensors=25, forward_capture_pattern_max_abs_diff=0.0,
                    decode_prompt_tokens=16, decode_new_tokens=128, decode_same_tokens=True,
-                   recount_total_ours=1, recount_total_ref=1)
+                   recount_total_ours=1, recount_total_ref=1,
+                   smollm2_load_s_ours=0.2, smollm2_load_s_ref=0.25, smollm2_load_ratio=0.8,
+                   smollm2_decode_tok_s_ours=30.0, smollm2_decode_tok_s_ref=20.0, smollm2_decode_ratio=1.5,
+                   smollm2_shape=dict(num_hidden_layers=30, hidden_size=576, num_attention_heads=9, num_key_value_heads=3,
+                                      intermediate_size=1536, vocab_size=49152),
+                   smollm2_params=134_515_008, smollm2_params_ref=134_515_008, smollm2_logits_max_abs_diff=1e-6,
+                   smollm2_decode_new_tokens=64, smollm2_decode_same_tokens=True, smollm2_attn_implementation_ref="sdpa")
     table = bench.format_table(figures)
     lines = {line.split()[0]: line for line in table.splitlines() if line.strip()}
     assert "met" in lines["forward_capture"] and "<= 0.6" in lines["forward_capture"]
     assert "MISSED" in lines["decode"] and ">= 1" in lines["decode"]  # 0.8 < 1.0
     assert "met" in lines["load"] and "met" in lines["recount"]
+    assert "met" in lines["smollm2_load"] and "<= 1" in lines["smollm2_load"]
+    assert "met" in lines["smollm2_decode"] and ">= 1" in lines["smollm2_decode"]
+    assert "134,515,008 parameters" in table
     assert "2 torch threads" in table and "device cpu" in table
     assert "patch_heads" not in lines  # an older result without the patching figures still prints
     figures.update(patch_heads_s=6.0, patch_heads_s_naive=30.0, patch_heads_ratio=0.2, patch_heads_cells=144,

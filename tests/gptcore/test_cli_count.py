@@ -80,3 +80,38 @@ def test_unknown_preset_is_refused_by_argparse(capsys):
         main(["count", "--preset", "gpt5"])
     assert exc.value.code == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_modern_flags_print_the_parts_and_each_difference(capsys):
+    argv = ["count", "--preset", "gpt2", "--pos-embedding", "sinusoidal", "--norm", "rmsnorm", "--mlp", "swiglu",
+            "--mlp-hidden", "2048", "--n-kv-head", "4"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    cfg = GPTConfig.preset("gpt2", pos_embedding="sinusoidal", norm="rmsnorm", mlp="swiglu", mlp_hidden=2048, n_kv_head=4)
+    assert _figure(out, "tied total") == count_parameters(cfg).tied_total
+    assert "pos_embedding=sinusoidal, norm=rmsnorm, mlp=swiglu, mlp_hidden=2048, n_kv_head=4" in out
+    assert "parts: sinusoidal positions, RMSNorm, SwiGLU MLP 2,048, grouped-query attention 12/4" in out
+    assert "  sinusoidal: −786,432 vs learned" in out
+    assert "  grouped-query 12/4: K and V projections ×1/3" in out
+    assert main(["count", "--preset", "gpt2"]) == 0
+    assert "parts:" not in capsys.readouterr().out  # GPT-2 itself: nothing to explain
+
+
+def test_modern_flag_choices_are_checked(capsys):
+    with pytest.raises(SystemExit):
+        main(["count", "--norm", "batchnorm"])
+    assert "invalid choice" in capsys.readouterr().err
+    assert main(["count", "--pos-embedding", "rope", "--n-head", "12", "--n-embd", "780"]) == 2  # head_dim 65
+    assert "error: pos_embedding: rotary positions" in capsys.readouterr().err
+
+
+def test_info_on_a_llama_folder_names_its_parts(tmp_path, capsys):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16)
+    transformers.LlamaForCausalLM(config).save_pretrained(tmp_path)
+    assert main(["info", str(tmp_path), "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^parts\s+rotary positions \(base 10000\), RMSNorm, SwiGLU MLP 48, grouped-query attention 4/2$",
+                     out, re.MULTILINE)
+    assert "  grouped-query 4/2: K and V projections ×1/2" in out

@@ -134,3 +134,56 @@ def test_boundary_values_are_accepted():
     GPTConfig(n_layer=1, n_head=1, n_embd=1, vocab_size=1, block_size=1, dropout=0.0, mlp_ratio=1)
     GPTConfig(dropout=0.999, mlp_ratio=0.5, n_embd=768, n_head=12)
     GPTConfig(n_layer=512)  # the limit itself is allowed
+
+
+# -- the modern parts ----------------------------------------------------------------------------
+
+def test_modern_defaults_are_gpt2_and_roundtrip():
+    cfg = GPTConfig()
+    assert (cfg.pos_embedding, cfg.norm, cfg.mlp, cfg.mlp_hidden, cfg.n_kv_head) == ("learned", "layernorm", "gelu", None, None)
+    assert cfg.kv_heads == 12 and cfg.kv_dim == 768 and cfg.d_mlp == 3072
+    modern = GPTConfig(n_head=9, n_embd=576, n_kv_head=3, pos_embedding="rope", rope_theta=100000.0,
+                       norm="rmsnorm", mlp="swiglu", mlp_hidden=1536, bias=False)
+    assert modern.kv_heads == 3 and modern.kv_dim == 192 and modern.d_mlp == 1536
+    assert GPTConfig.from_dict(modern.to_dict()) == modern
+    assert {"pos_embedding", "rope_theta", "norm", "mlp", "mlp_hidden", "n_kv_head"} <= set(modern.to_dict())
+    # a GPT-2 config's dict is unchanged by the new options (saved settings and forms compare equal)
+    assert not {"pos_embedding", "rope_theta", "norm", "mlp", "mlp_hidden", "n_kv_head"} & set(cfg.to_dict())
+    assert GPTConfig.from_dict(cfg.to_dict()) == cfg
+    sinus = cfg.replace(pos_embedding="sinusoidal")
+    assert sinus.to_dict() == {**cfg.to_dict(), "pos_embedding": "sinusoidal"}
+    assert GPTConfig.from_dict(sinus.to_dict()) == sinus
+
+
+# (overrides, field named, words of the fix)
+INVALID_MODERN = [
+    (dict(pos_embedding="alibi"), "pos_embedding", ["'learned'", "'rope'"]),
+    (dict(norm="batchnorm"), "norm", ["'rmsnorm'"]),
+    (dict(mlp="relu"), "mlp", ["'swiglu'"]),
+    (dict(pos_embedding="rope", n_head=4, n_embd=12), "pos_embedding", ["odd", "n_embd=16", "'sinusoidal'"]),
+    (dict(pos_embedding="sinusoidal", n_head=1, n_embd=7), "pos_embedding", ["odd", "even n_embd"]),
+    (dict(rope_theta=0), "rope_theta", ["10000"]),
+    (dict(rope_theta="10000"), "rope_theta", ["10000"]),
+    (dict(n_kv_head=5), "n_kv_head", ["not divisible", "[1, 2, 3, 4, 6, 12]"]),
+    (dict(n_kv_head=16), "n_kv_head", ["at most 12"]),
+    (dict(n_kv_head=0), "n_kv_head", ["positive"]),
+    (dict(n_kv_head=2.0), "n_kv_head", ["whole number"]),
+    (dict(mlp_hidden=0), "mlp_hidden", ["positive"]),
+    (dict(mlp_hidden=1.5), "mlp_hidden", ["whole number"]),
+]
+
+
+@pytest.mark.parametrize("overrides,field,words", INVALID_MODERN, ids=[str(o) for o, _, _ in INVALID_MODERN])
+def test_impossible_modern_combinations_name_the_fix(overrides, field, words):
+    with pytest.raises(ConfigError) as err:
+        GPTConfig(**overrides)
+    assert err.value.field == field
+    for word in words:
+        assert word in str(err.value), (word, str(err.value))
+
+
+def test_suggested_rope_width_is_a_real_fix():
+    with pytest.raises(ConfigError) as err:
+        GPTConfig(pos_embedding="rope", n_head=4, n_embd=12)
+    suggested = int(str(err.value).split("n_embd=")[-1].split(")")[0])
+    assert GPTConfig(pos_embedding="rope", n_head=4, n_embd=suggested).head_dim % 2 == 0

@@ -36,7 +36,7 @@ def idx():
 
 
 def _attached(model):
-    return {name for name, hp in model.hook_dict.items() if hp._forward_hooks}
+    return {name for name, hp in model.hook_dict.items() if hp.active}
 
 
 def test_hook_names_are_pinned_and_come_from_the_module_tree(model):
@@ -109,6 +109,26 @@ def test_observing_hook_changes_nothing_and_active_flag(model, idx):
         observed = model(idx)
     assert not hp.active
     torch.testing.assert_close(observed, model(idx), rtol=0, atol=0)
+
+
+def test_active_follows_hooks_added_with_torchs_own_call_and_their_removal(model, idx):
+    """`active` is HookPoint's own record (torch has no public "has hooks"); a hook attached with
+    torch's register_forward_hook must count too, or attention would skip the pattern it hooks."""
+    hp = model.hook_dict["blocks.0.attn.hook_pattern"]
+    seen = []
+    handle = hp.register_forward_hook(lambda m, i, out: seen.append(out.shape))
+    assert hp.active
+    model(idx)
+    assert seen == [(2, CFG.n_head, 7, 7)]  # the explicit path ran and fed the hook
+    handle.remove()
+    handle.remove()  # a second remove is harmless, as with torch's handles
+    assert not hp.active
+    model(idx)
+    assert len(seen) == 1  # removed from torch too: it no longer fires
+    with hp.register_forward_hook(lambda m, i, out: seen.append("again")), hp.add_hook(lambda t, h: None):
+        assert hp.active
+        model(idx)
+    assert not hp.active and seen[1:] == ["again"]
 
 
 def test_zero_ablating_a_head_via_hook_z(model, idx):

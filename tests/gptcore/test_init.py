@@ -141,3 +141,52 @@ def test_unknown_scheme_lists_the_schemes():
         assert "he-uniform" in str(err.value)
         for scheme in INIT_SCHEMES:
             assert scheme in str(err.value)
+
+
+MODERN = GPTConfig(vocab_size=64, block_size=32, n_layer=3, n_head=4, n_kv_head=2, n_embd=256, tie_weights=False,
+                   pos_embedding="rope", norm="rmsnorm", mlp="swiglu", mlp_hidden=384, bias=False)
+
+
+@pytest.mark.parametrize("scheme", ["gpt2", "xavier-normal"])
+def test_modern_parts_get_the_schemes_definitions(scheme):
+    model = GPT(MODERN, init=None)
+    _scramble(model)
+    init_weights(model, scheme, seed=0)
+    for i, block in enumerate(model.blocks):
+        for norm in (block.ln1, block.ln2):
+            assert type(norm).__name__ == "RMSNorm" and torch.all(norm.weight == 1)
+        # SwiGLU's down projection writes into the residual stream: GPT-2's scaling lands on it
+        for name, lin in (("mlp.c_gate", block.mlp.c_gate), ("mlp.c_fc", block.mlp.c_fc),
+                          ("mlp.c_proj", block.mlp.c_proj), ("attn.c_attn", block.attn.c_attn)):
+            fan_out, fan_in = lin.weight.shape
+            std = linear_weight_std(scheme, fan_in, fan_out, MODERN.n_layer, name.endswith("c_proj"))
+            assert lin.weight.std().item() == pytest.approx(std, rel=0.05), (i, name)
+    assert torch.all(model.ln_final.weight == 1)
+    assert model.blocks[0].attn.c_attn.weight.shape == (256 + 2 * 2 * 64, 256)  # 2 K/V heads of 64
+    if scheme == "gpt2":
+        down = model.blocks[0].mlp.c_proj.weight.std().item()
+        assert down == pytest.approx(0.02 / math.sqrt(2 * MODERN.n_layer), rel=0.05)
+
+
+def test_init_reports_progress_by_parameters_and_stops_when_cancelled():
+    import pytest
+    import torch
+
+    from gptcore.config import GPTConfig
+    from gptcore.init import InitCancelled, init_weights
+    from gptcore.model import GPT
+
+    model = GPT.empty(GPTConfig(vocab_size=300, block_size=16, n_layer=3, n_head=2, n_embd=16), device="cpu")
+    seen = []
+    init_weights(model, "gpt2", seed=0, progress=lambda d, t, m: seen.append((d, t, m)))
+    total = sum(p.numel() for p in model.parameters())
+    assert seen[-1][0] == seen[-1][1] == total  # every parameter counted once (the tied head too)
+    assert [d for d, _t, _m in seen] == sorted(d for d, _t, _m in seen) and len(seen) > 3 * 3
+    assert any("blocks.1." in m for _d, _t, m in seen)
+    same = GPT.empty(model.config, device="cpu")
+    init_weights(same, "gpt2", seed=0)  # progress changes nothing drawn
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), same.parameters()))
+    asked = []
+    with pytest.raises(InitCancelled):
+        init_weights(model, "gpt2", seed=0, cancel=lambda: asked.append(1) or len(asked) > 4)
+    assert len(asked) == 5  # stopped at the fifth module, not at the end

@@ -79,7 +79,7 @@ def test_hf_folder_safetensors_matches_transformers(hf_tiny, tokens, tmp_path):
     assert info.format == "safetensors" and info.path.endswith("model.safetensors") and info.name == "tiny"
     assert info.n_params == hf_tiny.num_parameters() == count_parameters(info.config).total
     assert info.tied and model.unembed.weight is model.embed.weight
-    assert (info.dtype, info.device, info.trained) == ("fp32", "cpu", True)
+    assert (info.dtype, info.device, info.trained, info.status) == ("fp32", "cpu", None, "loaded")  # random weights
     assert info.config.n_head == 4 and info.config.block_size == 32
 
 
@@ -324,6 +324,7 @@ def test_hub_id_loads_from_the_offline_cache(hf_tiny, tokens, tmp_path, offline_
     assert cached_snapshot("gpt2") == snapshot
     model, info = load("gpt2")
     assert info.name == "gpt2" and info.format == "hub, safetensors"
+    assert info.trained is True and info.status == "trained"  # a published model, by its id
     assert Path(info.path).parent == snapshot
     assert_same_logits(model, hf_tiny, tokens)
 
@@ -364,10 +365,11 @@ def local_hub(tmp_path, monkeypatch):
     class Hub(http.server.BaseHTTPRequestHandler):
         def answer(self, with_body: bool):
             repo, _, rest = self.path.partition("/resolve/")
-            file = served / rest.partition("/")[2]
-            if repo.strip("/") != "openai-community/gpt2" or not file.is_file():
+            root = served if repo.strip("/") == "openai-community/gpt2" else served / "repos" / repo.strip("/")
+            file = root / rest.partition("/")[2]
+            if not root.is_dir() or not file.is_file():
                 self.send_response(404)
-                self.send_header("X-Error-Code", "RepoNotFound" if repo.strip("/") != "openai-community/gpt2" else "EntryNotFound")
+                self.send_header("X-Error-Code", "RepoNotFound" if not root.is_dir() else "EntryNotFound")
                 self.end_headers()
                 return
             data = file.read_bytes()
@@ -421,6 +423,32 @@ def test_hub_download_with_progress_then_offline_from_cache(hf_tiny, tokens, loc
         load("openai-community/nonexistent")
 
 
+def test_hub_download_fetches_a_repos_own_tokenizer_but_not_gpt2s(hf_tiny, tokens, local_hub):
+    """Another org's model comes with the tokenizer it was trained with (JSON files only); GPT-2's
+    repositories do not (its BPE ships offline), and a repo without one is no error."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from gptcore.loading import load_tokenizer
+
+    hf_tiny.save_pretrained(local_hub)
+    (local_hub / "tokenizer.json").write_text("{}")  # would fail to load if it were ever used
+    repo = local_hub / "repos" / "someone" / "tiny-gpt2"
+    hf_tiny.save_pretrained(repo)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.train_from_iterator(["Every effort moves you to the right place."] * 3,
+                            trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.save(str(repo / "tokenizer.json"))
+    model, info = load("someone/tiny-gpt2")
+    assert info.tokenizer.kind == "folder" and Path(info.tokenizer.path).parent == Path(info.path).parent
+    assert load_tokenizer(info)[0].encode("Every effort") == tok.encode("Every effort").ids
+    assert info.trained is None  # a hub repo proves nothing about its weights; the published ones do
+    assert_same_logits(model, hf_tiny, tokens)
+    _, gpt2 = load("gpt2")
+    assert gpt2.tokenizer.kind != "folder" and not (Path(gpt2.path).parent / "tokenizer.json").exists()
+    assert gpt2.trained is True
+
+
 def test_download_progress_bridge_reports_bytes_and_cancels():
     from gptcore.hub import _progress_bar_class
 
@@ -444,5 +472,7 @@ def test_cli_info_describes_the_checkpoint(hf_tiny, tmp_path, capsys):
     assert f"{hf_tiny.num_parameters():,}" in out
     assert "tied to the token embedding" in out and "2 layers, 4 heads, width 64" in out
     assert "MLP in" in out  # the parameter breakdown follows
+    assert "loaded (nothing in the checkpoint says how its weights were made)" in out  # random weights: not "trained"
+    assert "no tokenizer for this model: vocab_size 500" in out  # and why token ids, not text
     assert cli_main(["info", str(tmp_path / "missing")]) == 2
     assert "no such file or folder" in capsys.readouterr().err

@@ -232,8 +232,15 @@ def test_fault_wrong_keys_and_shapes_are_listed(fault, hf_tiny, tmp_path):
 
 def test_fault_config_json_that_is_not_gpt2_or_broken(folder):
     config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "model_type": "llama"}))
-    with pytest.raises(LoadError, match="model_type 'llama' is not GPT-2"):
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "mistral"}))
+    with pytest.raises(LoadError, match="model_type 'mistral' is not supported.*llama: LlamaForCausalLM"):
+        load(folder)
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "llama"}))  # a GPT-2 head
+    with pytest.raises(LoadError, match=r"architectures \['GPT2LMHeadModel'\] has no LlamaForCausalLM"):
+        load(folder)
+    gpt2_fields = {k: v for k, v in config.items() if k != "architectures"}
+    (folder / "config.json").write_text(json.dumps({**gpt2_fields, "model_type": "llama"}))
+    with pytest.raises(LoadError, match="lacks hidden_size, intermediate_size"):
         load(folder)
     (folder / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "n_head"}))
     with pytest.raises(LoadError, match="lacks n_head"):

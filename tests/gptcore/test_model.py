@@ -217,20 +217,20 @@ def test_dropout_is_active_only_in_training():
 
 
 def test_apply_linear_fast_path_equals_the_module_and_yields_to_autograd_and_hooks():
-    """apply_linear serves CPU fp32 inference through oneDNN: same numbers as nn.Linear (3-D and
+    """gptcore's Linear serves CPU fp32 inference through oneDNN: same numbers as F.linear (3-D and
     non-contiguous inputs, non-contiguous weights as loaded from HF's Conv1D layout); with
-    autograd or a hook on the layer it must be the module itself (gradients flow, hooks fire)."""
-    from gptcore.model import apply_linear
+    autograd it is nn.Linear's forward (gradients flow), and hooks on the layer fire."""
+    from gptcore.linear import Linear, apply_linear
 
     torch.manual_seed(0)
-    layer = torch.nn.Linear(24, 40)
+    layer = Linear(24, 40)
     x = torch.randn(2, 7, 24)
     with torch.inference_mode():
         fast = apply_linear(layer, x)
         strided = apply_linear(layer, x.transpose(0, 1).contiguous().transpose(0, 1))
-    torch.testing.assert_close(fast, layer(x).detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fast, F.linear(x, layer.weight, layer.bias).detach(), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(strided, fast, rtol=1e-5, atol=1e-5)
-    conv1d_layout = torch.nn.Linear(24, 40)
+    conv1d_layout = Linear(24, 40)
     with torch.no_grad():
         conv1d_layout.weight = torch.nn.Parameter(layer.weight.detach().t().contiguous().t())  # a transposed view
         conv1d_layout.bias.copy_(layer.bias)

@@ -1,5 +1,6 @@
 """Closed-form parameter accounting checked against the published GPT-2 sizes and against
 the real module tree (built on the meta device, so nothing is allocated)."""
+import re
 import subprocess
 import sys
 
@@ -9,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from gptcore import GPTConfig, count_parameters
 from gptcore.model import GPT
-from gptcore.params import COMPONENTS, breakdown_table, dtype_bytes, format_bytes, format_count
+from gptcore.params import COMPONENTS, breakdown_table, dtype_bytes, format_bytes, format_count, modern_differences
 
 # HF `model.num_parameters()` of the OpenAI checkpoints (tied head counted once).
 PUBLISHED_TOTALS = {
@@ -95,7 +96,7 @@ def _component_of(name: str) -> str:
         return "final norm"
     inner = name.split(".", 2)[2]  # blocks.{i}.<inner>
     for prefix, comp in (("attn.c_attn.", "attention qkv"), ("attn.c_proj.", "attention output"),
-                         ("mlp.c_fc.", "MLP in"), ("mlp.c_proj.", "MLP out"),
+                         ("mlp.c_fc.", "MLP in"), ("mlp.c_gate.", "MLP in"), ("mlp.c_proj.", "MLP out"),
                          ("ln1.", "layer norms"), ("ln2.", "layer norms")):
         if inner.startswith(prefix):
             return comp
@@ -109,10 +110,18 @@ def _meta_model(cfg: GPTConfig) -> GPT:
 
 @st.composite
 def small_configs(draw):
-    n_head = draw(st.integers(1, 4))
-    n_embd = n_head * draw(st.integers(1, 8))
+    n_head = draw(st.integers(1, 6))
+    pos_embedding = draw(st.sampled_from(["learned", "sinusoidal", "rope"]))
+    head_dim = draw(st.integers(1, 8)) * (2 if pos_embedding != "learned" else 1)  # rope/sinusoidal: even
+    n_embd = n_head * head_dim
     d_mlp = draw(st.integers(1, 4 * n_embd))
     return GPTConfig(
+        pos_embedding=pos_embedding,
+        rope_theta=draw(st.sampled_from([10000.0, 500000.0])),
+        norm=draw(st.sampled_from(["layernorm", "rmsnorm"])),
+        mlp=draw(st.sampled_from(["gelu", "swiglu"])),
+        mlp_hidden=draw(st.sampled_from([None, draw(st.integers(1, 3 * n_embd))])),
+        n_kv_head=draw(st.sampled_from([None] + [k for k in range(1, n_head + 1) if n_head % k == 0])),
         vocab_size=draw(st.integers(1, 64)),
         block_size=draw(st.integers(1, 32)),
         n_layer=draw(st.integers(1, 4)),
@@ -143,7 +152,11 @@ def test_closed_form_matches_the_module_tree(cfg):
     assert count.per_block == sum(p.numel() for p in model.blocks[0].parameters())
     assert count.tie_saving == cfg.vocab_size * cfg.n_embd
     assert count.total == (count.tied_total if cfg.tie_weights else count.untied_total)
-    assert count.non_embedding == count.total - cfg.block_size * cfg.n_embd
+    positions = cfg.block_size * cfg.n_embd if cfg.pos_embedding == "learned" else 0
+    assert count.non_embedding == count.total - positions
+    # Each explained difference is the exact change in the count (GPT-2's config has none).
+    for line in modern_differences(cfg):
+        assert re.search(r": [+−±][\d,]+ vs ", line), line
 
 
 def test_gpt2_small_on_meta_matches_count():
@@ -163,3 +176,42 @@ def test_count_on_gpt2_xl_needs_no_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) == 1_557_611_200 + 50257 * 1600
+
+
+# SmolLM2-135M's config.json: 30 layers, width 576, 9 heads / 3 key/value heads, SwiGLU 1536,
+# RMSNorm, rotary, tied, vocab 49152; its model card and HF `num_parameters()` say 134,515,008.
+SMOLLM2 = dict(vocab_size=49152, block_size=8192, n_layer=30, n_head=9, n_embd=576, n_kv_head=3,
+               mlp="swiglu", mlp_hidden=1536, norm="rmsnorm", pos_embedding="rope", bias=False, rope_theta=100000)
+
+
+def test_modern_parts_by_hand():
+    d, L = 768, 12
+    gpt2 = count_parameters(GPTConfig.preset("gpt2"))
+    sinus = count_parameters(GPTConfig.preset("gpt2", pos_embedding="sinusoidal"))
+    assert gpt2.total - sinus.total == 1024 * 768 == 786_432  # the lesson's exercise
+    assert sinus.by_component["position embedding"].total == 0
+    assert sinus.non_embedding == sinus.total
+    rms = count_parameters(GPTConfig.preset("gpt2", norm="rmsnorm"))
+    assert gpt2.total - rms.total == (2 * L + 1) * d  # one bias per norm
+    swiglu = count_parameters(GPTConfig.preset("gpt2", mlp="swiglu"))
+    assert swiglu.by_component["MLP in"].per_block == 2 * (d * 4 * d + 4 * d)
+    gqa = count_parameters(GPTConfig.preset("gpt2", n_kv_head=4))  # 12 query heads share 4 K/V heads
+    assert gqa.by_component["attention qkv"].per_block == d * (d + 2 * 4 * 64) + (d + 2 * 4 * 64)
+    smol = count_parameters(GPTConfig(**SMOLLM2))
+    assert smol.total == 134_515_008
+    assert smol.by_component["layer norms"].per_block == 2 * 576 and smol.by_component["final norm"].total == 576
+
+
+def test_modern_differences_name_each_option_with_its_number():
+    assert modern_differences(GPTConfig.preset("gpt2")) == []
+    assert modern_differences(GPTConfig.preset("gpt2", pos_embedding="sinusoidal")) == [
+        "sinusoidal: −786,432 vs learned (fixed sin/cos added, no table)"]
+    lines = modern_differences(GPTConfig(**SMOLLM2))
+    by_option = {line.split(":")[0]: line for line in lines}
+    assert set(by_option) == {"rope", "rmsnorm", "swiglu", "mlp_hidden 1,536", "grouped-query 9/3"}
+    assert by_option["rope"].startswith("rope: −4,718,592 vs learned")  # 8192 × 576
+    assert "±0" in by_option["rmsnorm"]  # bias=False: a LayerNorm would have no bias either
+    assert by_option["swiglu"].startswith(f"swiglu: +{30 * 576 * 1536:,} vs gelu")
+    # K and V shrink from 9 to 3 heads of 64: 2 × 576 × (576 - 192) per block, no bias
+    assert by_option["grouped-query 9/3"].startswith(f"grouped-query 9/3: K and V projections ×1/3: −{30 * 2 * 576 * 384:,}")
+    assert by_option["mlp_hidden 1,536"].startswith(f"mlp_hidden 1,536: −{30 * 3 * 576 * (2304 - 1536):,} vs mlp_ratio")

@@ -15,6 +15,7 @@ from gptcore.probes.attention import (
     crop_to_block,
     pool_pattern,
     pooling_edges,
+    pooling_width,
 )
 from gptcore.probes.lens import logit_lens
 
@@ -43,7 +44,7 @@ def test_patterns_equal_hf_eager_attentions(hf_pair):
     ids = [5, 17, 250, 3, 3, 99, 42, 7, 1, 200, 11]
     expected, _ = _hf_attentions(hf, ids)
     cap = capture_attention(ours, ids, full_layers=[1], thumb_size=64)
-    assert cap.exact_thumbnails and cap.thumbnails.shape == (3, 4, 11, 11)
+    assert cap.exact and cap.thumbnails.shape == (3, 4, 11, 11)
     for layer in range(3):
         np.testing.assert_allclose(cap.thumbnails[layer].numpy(), expected[layer], atol=1e-5)
     np.testing.assert_allclose(cap.full[1].numpy(), expected[1], atol=1e-5)
@@ -104,6 +105,18 @@ def _numpy_pool(a, edges):
     return out
 
 
+def test_pooling_edges_are_power_of_two_bins_that_only_grow_or_merge():
+    assert pooling_edges(5, 8).tolist() == [0, 1, 2, 3, 4, 5]  # fits: no pooling
+    assert pooling_edges(9, 8).tolist() == [0, 2, 4, 6, 8, 9]  # width 2, last bin shorter
+    assert pooling_edges(16, 8).tolist() == [0, 2, 4, 6, 8, 10, 12, 14, 16]
+    assert pooling_edges(17, 8).tolist() == [0, 4, 8, 12, 16, 17]  # width doubled: pairs merged
+    for T in range(1, 300):
+        edges = pooling_edges(T, 16)
+        w = pooling_width(T, 16)
+        assert len(edges) - 1 <= 16 and (w == 1 or len(edges) - 1 > 8)  # between t/2 and t bins
+        assert edges[-1] == T and all(int(e) % w == 0 for e in edges[:-1])
+
+
 @pytest.mark.parametrize("T,t", [(37, 8), (64, 16), (20, 19), (5, 1)])
 def test_pooling_matches_loop_and_keeps_rows_and_causality(T, t):
     g = torch.Generator().manual_seed(T)
@@ -125,7 +138,8 @@ def test_long_prompt_is_cropped_from_the_left(hf_pair):
     assert cap.cropped == 15 and cap.token_ids == ids[15:]
     again = capture_attention(ours, ids[15:], full_layers=[2])
     torch.testing.assert_close(cap.full[2], again.full[2])
-    assert cap.thumbnails.shape == (3, 4, 8, 8)
+    assert cap.thumbnails.shape == (3, 4, 5, 5)  # 40 tokens in bins of 8 (the power of two giving <= 8 bins)
+    assert cap.bin_edges.tolist() == [0, 8, 16, 24, 32, 40]
     np.testing.assert_allclose(cap.thumbnails.sum(-1).numpy(), 1.0, atol=1e-5)
     assert (torch.triu(cap.thumbnails, 1) == 0).all()
     with pytest.raises(KeyError, match="full_layers"):

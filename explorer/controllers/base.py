@@ -1,0 +1,130 @@
+"""The panel contract, in code: what the main window may call on a panel, with defaults.
+
+A panel is a passive *view* (explorer/panels/, Qt widgets only: numpy in, intent signals
+out) driven by a *controller* (here: talks to the session through the task runner). The
+window never sees either directly: it holds a `PanelPage`, which lays the view out and
+forwards the contract to the controller. So a new panel is a view, a controller subclassing
+`PanelController`, and one line in explorer/registry.py.
+
+The truthful-views rule lives here too: after `on_model_changed()` or
+`on_settings_changed()` a panel shows either results computed for the current model and
+settings, or says plainly that what is on screen is out of date. The base implementation
+does both steps in order — `invalidate(reason)` (clear or mark what is drawn) then
+`refresh()` (recompute if the panel recomputes by itself) — so a controller only says *how*
+to clear and *how* to recompute, and cannot forget either.
+"""
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QVBoxLayout, QWidget
+
+from ..context import PanelContext
+from ..errors import Explanation
+
+log = logging.getLogger("explorer")
+
+MODEL_CHANGED = "cleared because the model changed"
+
+
+class PanelController(QObject):
+    """Base of every panel controller. Subclasses set `view_class` (or override
+    `make_view`) and override what their panel needs; every default is safe."""
+
+    dataReady = Signal()  # once, after the first real data (or the reason there is none) is drawn
+    view_class: type[QWidget] | None = None
+    task_keys: tuple[str, ...] = ()  # runner keys this panel submits under (cancelled on shutdown)
+
+    def __init__(self, ctx: PanelContext, view: QWidget, parent: QObject | None = None):
+        super().__init__(parent)
+        self.ctx, self.view = ctx, view
+        self._ready_sent = False
+
+    @classmethod
+    def make_view(cls, ctx: PanelContext) -> QWidget:
+        if cls.view_class is None:
+            raise TypeError(f"{cls.__name__} must set view_class or override make_view")
+        return cls.view_class()
+
+    # -- the contract (the window calls these) ---------------------------------------------------
+    @property
+    def is_ready(self) -> bool:
+        """True once dataReady was emitted (screenshot mode may connect after it fired)."""
+        return self._ready_sent
+
+    def set_prompt(self, text: str) -> None:
+        """`--prompt`: panels without a prompt ignore it."""
+
+    def on_model_changed(self) -> None:
+        """The session holds a new model (`session.version` already bumped)."""
+        self.invalidate(MODEL_CHANGED)
+        if self.ctx.session is not None and self.ctx.session.has_model:
+            self.refresh()
+
+    def on_settings_changed(self) -> None:
+        """A setting the drawn result depends on changed (BOS, init scheme, LN placement…)."""
+        self.invalidate("out of date: the settings changed")
+        self.refresh()
+
+    def invalidate(self, reason: str) -> None:
+        """Clear what is drawn, or mark it out of date, saying `reason`. Must be overridden by
+        every panel that draws model results (the base has nothing drawn to clear)."""
+
+    def refresh(self) -> None:
+        """Recompute for the current model and settings (panels that need a Run press leave
+        their out-of-date mark instead)."""
+
+    def shutdown(self) -> None:
+        """The window is closing: stop this panel's background work."""
+        for key in self.task_keys:
+            self.ctx.runner.cancel(key)
+
+    def focus_form(self) -> None:
+        """Put the keyboard focus where a user starts (File → New model focuses the config form)."""
+        self.view.setFocus()
+
+    # -- services for subclasses ------------------------------------------------------------------
+    def mark_ready(self) -> None:
+        if not self._ready_sent:
+            self._ready_sent = True
+            self.dataReady.emit()
+
+    def report_error(self, exc: BaseException | str, title: str) -> Explanation:
+        """The one error path (see PanelContext.report_error); show the returned message inline."""
+        return self.ctx.report_error(exc, title)
+
+
+class PanelPage(QWidget):
+    """One tab: the view laid out edge to edge, the contract forwarded to the controller."""
+
+    dataReady = Signal()
+
+    def __init__(self, ctx: PanelContext, controller_class: type[PanelController], parent: QWidget | None = None,
+                 **controller_options):
+        super().__init__(parent)
+        self.view = controller_class.make_view(ctx)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.view)
+        self.controller = controller_class(ctx, self.view, parent=self, **controller_options)
+        self.controller.dataReady.connect(self.dataReady)
+
+    @property
+    def is_ready(self) -> bool:
+        return self.controller.is_ready
+
+    def set_prompt(self, text: str) -> None:
+        self.controller.set_prompt(text)
+
+    def on_model_changed(self) -> None:
+        self.controller.on_model_changed()
+
+    def on_settings_changed(self) -> None:
+        self.controller.on_settings_changed()
+
+    def shutdown(self) -> None:
+        self.controller.shutdown()
+
+    def focus_form(self) -> None:
+        self.controller.focus_form()
