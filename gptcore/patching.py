@@ -83,6 +83,7 @@ class _Runs:
         self.corrupt_ids = k
         self.start = 0  # patched runs compute positions start..T-1 (see use_shared_prefix)
         self.prefix_cache = None
+        self._rotary = None  # (cos, sin) for positions start..T-1, rotary models only
         self.last = f"blocks.{L - 1}.hook_resid_post"
         names = {f"blocks.{i}.hook_resid_pre" for i in range(L)} | {self.last}
         for kind in kinds:
@@ -128,7 +129,7 @@ class _Runs:
 
         cache = KVCache(model.config.replace(block_size=self.T), rows, model.device, model.dtype)
         model(self.corrupt_ids[:, :d].expand(rows, d), kv_cache=cache, logits=None)  # cache.length = d
-        self.prefix_cache, self.start = cache, d
+        self.prefix_cache, self.start, self._rotary = cache, d, None
 
     @torch.no_grad()
     def run_layer(self, kind: str, layer: int, cells: list[int]) -> torch.Tensor:
@@ -155,10 +156,22 @@ class _Runs:
             x = patch(x)
         else:
             hooks.append((name, patch))
+        rotary = self.rotary()
         with self.model.hooks(hooks):
             for block in self.model.blocks[layer:]:
-                x = block(x, self.prefix_cache) if self.prefix_cache is not None else block(x)  # (N, T-s, C)
+                x = block(x, self.prefix_cache, rotary)  # (N, T-s, C)
         return self._ld(x[:, -1]).float().cpu()  # (N,)
+
+    def rotary(self):
+        """Rotary models: the (cos, sin) of positions start..T-1 that GPT.forward hands every
+        block (a run that starts at a block must hand them over itself); None otherwise."""
+        model = self.model
+        if getattr(model.config, "pos_embedding", "learned") != "rope":
+            return None
+        if self._rotary is None:
+            pos = torch.arange(self.start, self.T, device=model.device)  # (T - start,)
+            self._rotary = model.pos_embed(pos, model.dtype)
+        return self._rotary
 
     def map(self, kind: str, progress: Progress | None, cancel: Cancel | None, done: int, total: int,
             batch_tokens: int) -> tuple[PatchResult, int]:
