@@ -232,8 +232,10 @@ class AttributionPanel(QWidget):
             parts += f" &nbsp; <i>({r.ablation.text()})</i>"
         self.bars.set_parts(r.attn, r.mlps, r.embed, r.bias, caption=parts)
         values = np.concatenate([r.heads, r.mlps[:, None]], axis=1)  # (L, nh + 1)
+        # Colours scaled to the heads (MLPs are often larger and would wash them out; theirs saturate).
+        scale = float(np.abs(r.heads).max()) if r.heads.size and np.isfinite(r.heads).all() else None
         self.heads.set_matrix(values, [f"L{l}" for l in range(r.n_layer)], [f"H{h}" for h in range(r.n_head)] + ["MLP"],
-                              col_px=30)
+                              scale=scale or None, col_px=30)
         self.set_ablation_marks(r.ablation.heads, r.ablation.mlps)
         self.target.set_top([t.text for t in r.top], r.top_probs)
         self.contrast.set_top([t.text for t in r.top], r.top_probs)

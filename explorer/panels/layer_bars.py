@@ -37,6 +37,7 @@ class LayerBars(QWidget):
         self.plot.setMouseEnabled(x=False, y=False)
         self.plot.showGrid(x=False, y=True, alpha=0.25)
         self.plot.getAxis("left").setLabel("logit difference")
+        self.plot.getAxis("left").enableAutoSIPrefix(False)  # "×0.001" on a logit axis only confuses
         self.plot.addLine(y=0, pen=pg.mkPen("#6b7280", width=1))
         self.attn_bars = pg.BarGraphItem(x=[], height=[], width=0.38, brush=ATTN_COLOUR, pen=pg.mkPen(None))
         self.mlp_bars = pg.BarGraphItem(x=[], height=[], width=0.38, brush=MLP_COLOUR, pen=pg.mkPen(None))
