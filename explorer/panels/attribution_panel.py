@@ -119,8 +119,6 @@ class AttributionPanel(QWidget):
         menu = QMenu(self.export_button)
         for key, title in EXPORTS:
             for fmt in ("csv", "png"):
-                if key == "census" and fmt == "png":
-                    continue
                 menu.addAction(f"{title} as {fmt.upper()}…", lambda k=key, f=fmt: self.exportRequested.emit(k, f))
         self.export_button.setMenu(menu)
         self.status_label = QLabel("")

@@ -69,6 +69,9 @@ class CensusTable(QTableWidget):
     def _on_double_click(self, row: int, _col: int) -> None:
         self.headToggled.emit(*self.head_at(row))
 
+    def export_png(self, path: str) -> bool:
+        return self.grab().save(path)
+
     def csv_text(self) -> str:
         out = io.StringIO()
         writer = csv.writer(out)

@@ -148,6 +148,8 @@ def test_export_csv_and_png(qtbot, view, tmp_path):
     assert len(list(csv.reader(open(tmp_path / "census.csv")))) == 9
     c.export("heads", "png", str(tmp_path / "heads.png"))
     assert (tmp_path / "heads.png").stat().st_size > 1000
+    c.export("census", "png", str(tmp_path / "census.png"))
+    assert (tmp_path / "census.png").stat().st_size > 1000
     c.export("bars", "png", str(tmp_path / "missing" / "bars.png"))
     assert "could not write" in view.view.message.text()
 
