@@ -32,6 +32,7 @@ class WindowServices(Protocol):
     def set_activity(self, text: str) -> None: ...
     def show_error_dialog(self, heading: str, message: str) -> None: ...
     def notify_model_changed(self) -> None: ...
+    def notify_ablation_changed(self) -> None: ...
 
 
 @dataclass
@@ -67,6 +68,15 @@ class PanelContext:
         if self.window is None:
             return False
         self.window.notify_model_changed()
+        return True
+
+    def notify_ablation_changed(self) -> bool:
+        """A panel changed the session's ablation (it bumped `session.version`): the window
+        updates its status bar and tells every panel its results are out of date. False when
+        there is no window (the caller then updates itself)."""
+        if self.window is None:
+            return False
+        self.window.notify_ablation_changed()
         return True
 
     def file_path(self, name: str) -> str:

@@ -112,6 +112,7 @@ class MainWindow(ModelLoading, QMainWindow):
     def _build_status_bar(self) -> None:
         self.status_bar = ModelStatusBar()
         self.status_bar.cancelRequested.connect(lambda: self.runner.cancel(MODEL_TASK))
+        self.status_bar.resetAblationRequested.connect(self.reset_ablation)
         self.setStatusBar(self.status_bar)
         self.status_labels = self.status_bar.labels
         self.cancel_button = self.status_bar.cancel_button
@@ -215,6 +216,27 @@ class MainWindow(ModelLoading, QMainWindow):
         """Called after the session swapped its model (by a load here or a build in a panel)."""
         self._refresh_if_swapped()
 
+    def notify_ablation_changed(self) -> None:
+        """A panel changed the session's ablation (session.version moved): show it in the status
+        bar and tell every built panel its results are out of date (a setting they depend on;
+        the model itself is the same, so forms such as the config panel's keep their edits)."""
+        if self.session is None:
+            return
+        self._shown_version = self.session.version  # not a model swap: no on_model_changed round
+        self.status_bar.show_ablation(self.session.ablation.text())
+        for slot in self._slots.values():
+            if slot.panel is not None:
+                slot.panel.on_settings_changed()
+
+    def reset_ablation(self) -> None:
+        """The status bar's Reset: the model without ablation, for every panel."""
+        session = self.session
+        if session is None or not session.ablation.active:
+            return
+        self.runner.submit("ablation", lambda token, progress: session.clear_ablation(),
+                           on_result=lambda _state: self.notify_ablation_changed(),
+                           on_error=lambda exc: self.report_error("Reset ablation failed", exc))
+
     def _refresh_if_swapped(self) -> None:
         version = -1 if self.session is None else self.session.version
         if version == self._shown_version:
@@ -237,6 +259,7 @@ class MainWindow(ModelLoading, QMainWindow):
             return
         info, has_model = self.session.info, self.session.has_model
         self.status_bar.show_model(info, has_model)
+        self.status_bar.show_ablation(self.session.ablation.text())  # a swap clears it
         self._update_memory()
         self.banner.show_for(info, has_model)
         self.setWindowTitle(f"GPT Explorer — {info.name}" if has_model else "GPT Explorer")

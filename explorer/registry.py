@@ -47,6 +47,7 @@ PANELS: list[PanelSpec] = [
     PanelSpec("attention", "Attention", "Ctrl+2", "attention:AttentionController"),
     PanelSpec("residual", "Residual", "Ctrl+3", "residual:ResidualController"),
     PanelSpec("generation", "Generation", "Ctrl+4", "generation:GenerationController"),
+    PanelSpec("attribution", "Attribution", "Ctrl+5", "attribution:AttributionController"),
 ]
 
 

@@ -27,6 +27,7 @@ from gptcore.config import GPTConfig
 from .devices import check_fits, resolve_device
 from .results import (NO_MODEL, AttentionResult, Distribution, GeneratedToken, GradientResult, ModelInfo,
                       NextTokenLogits, PromptContext, ReferenceCurve, ResidualResult)
+from .session_interp import InterpretabilityMixin
 
 ProgressFn = Callable[[int, int, str], None]
 
@@ -59,8 +60,9 @@ def _model_info(model, *, name: str, trained: bool | None, source: str, note: st
     )
 
 
-class Session:
-    """Model + tokenizer + device, swapped atomically; see the module docstring."""
+class Session(InterpretabilityMixin):
+    """Model + tokenizer + device, swapped atomically; see the module docstring. Ablation,
+    attribution, patching and the head census come from `InterpretabilityMixin`."""
 
     def __init__(self, model=None, info: ModelInfo | None = None, device=None):
         self.lock = threading.RLock()
@@ -74,6 +76,7 @@ class Session:
         self.prefix_reuse = True  # False: every attention() recomputes the whole prompt (benchmarks)
         self._attention_state = None  # gptcore AttentionState of the last prompt
         self._attention_state_version = -1
+        self._init_interp()
 
     # -- basics --------------------------------------------------------------------------
     @property
@@ -125,14 +128,20 @@ class Session:
         from gptcore.loading import LoadCancelled
 
         model.eval()
-        with self.lock:
-            if cancel is not None and cancel():
-                raise LoadCancelled("superseded by a newer model request; the current model is unchanged")
-            old = self.model
-            self.model, self.info, self._device = model, info, model.device
-            self._tokenizer = tokenizer  # None: GPT-2's, made on first use
-            self.version += 1
-            self._attention_state = None  # holds the old model and its keys/values
+        self.swap_pending.set()  # a patching run holding the lock stops at its next batch
+        try:
+            with self.lock:
+                if cancel is not None and cancel():
+                    raise LoadCancelled("superseded by a newer model request; the current model is unchanged")
+                old = self.model
+                self._detach_ablation()  # the ablation named the old model's heads
+                self._census = None
+                self.model, self.info, self._device = model, info, model.device
+                self._tokenizer = tokenizer  # None: GPT-2's, made on first use
+                self.version += 1
+                self._attention_state = None  # holds the old model and its keys/values
+        finally:
+            self.swap_pending.clear()
         del old
         if self.device.type == "cuda":
             torch.cuda.empty_cache()

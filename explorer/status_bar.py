@@ -68,6 +68,7 @@ class ModelStatusBar(QStatusBar):
     activity note, shown while a model task runs."""
 
     cancelRequested = Signal()
+    resetAblationRequested = Signal()  # the "Reset" link next to "3 heads ablated"
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -84,6 +85,14 @@ class ModelStatusBar(QStatusBar):
                 self.cancel_button.clicked.connect(self.cancelRequested)
                 self.cancel_button.hide()
                 self.addPermanentWidget(self.cancel_button)
+        # The session's ablation (issue 14): every panel computes with it, so it is always in view.
+        self.ablation_label = QLabel()
+        self.ablation_label.setObjectName("status_ablation")
+        self.ablation_label.setStyleSheet("color: #dc2626; font-weight: 600;")
+        self.ablation_label.setTextFormat(Qt.TextFormat.RichText)
+        self.ablation_label.linkActivated.connect(lambda _link: self.resetAblationRequested.emit())
+        self.ablation_label.hide()
+        self.addPermanentWidget(self.ablation_label)
 
     def set_activity(self, text: str) -> None:
         self.labels["activity"].setText(text)
@@ -115,6 +124,15 @@ class ModelStatusBar(QStatusBar):
         labels["dtype"].setText(info.dtype if has_model else "")
         labels["params"].setText(f"{format_count(info.n_params)} params" if info.n_params else "")
         labels["params"].setToolTip(f"{info.n_params:,} parameters ({'tied' if info.tied else 'untied'} head)")
+
+    def show_ablation(self, text: str) -> None:
+        """'3 heads ablated · Reset' (Reset a link), hidden when nothing is ablated."""
+        if not text:
+            self.ablation_label.hide()
+            return
+        self.ablation_label.setText(f"{text} · <a href='reset'>Reset</a>")
+        self.ablation_label.setToolTip("Every panel computes with these components knocked out; Reset restores the model")
+        self.ablation_label.show()
 
     def show_memory(self, info) -> None:
         """Weights of `info`, this process's resident memory, and GPU memory on CUDA."""

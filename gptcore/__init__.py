@@ -35,6 +35,12 @@ _LAZY = {
     "resolve_device": "loading",
     "LoadCancelled": "loading",
     "HUB_IDS": "loading",
+    "direct_logit_attribution": "attribution",
+    "ablate": "interventions",
+    "patch_heads": "patching",
+    "patch_residual": "patching",
+    "patch_attn_mlp": "patching",
+    "head_census": "probes.census",
 }
 
 __all__ = ["ConfigError", "GPTConfig", "PRESETS", "ParamCount", "count_parameters", *_LAZY]

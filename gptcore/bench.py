@@ -13,6 +13,10 @@ One run, the same random GPT-2-small weights and the same prompts on both sides:
   folder written here with `save_pretrained`. Target ratio <= 1.0.
 - recount: `count_parameters` on gpt2-xl (config built and validated too), in ms,
   next to HF's way of counting (build on the meta device, sum numel). Target <= 5 ms.
+- patch_heads: activation patching of every head (GPT-2 small: 144) on a 15-token prompt,
+  batched `patch_heads` vs one hooked forward per head; see bench_patching.py. Target ratio
+  <= 0.3 and patch_heads_s <= 5 s. `--tl-python PATH` also runs `gptcore.tl_check` (DLA,
+  patching and census against TransformerLens 4.x) in that interpreter.
 - smollm2_load, smollm2_decode: the same load and decode comparisons on a SmolLM2-135M-shaped
   Llama (rotary, RMSNorm, SwiGLU, grouped-query); see bench_smollm2.py.
 
@@ -33,7 +37,8 @@ from typing import Callable
 
 import torch
 
-from . import bench_smollm2
+from . import bench_patching, bench_smollm2
+from .bench_patching import TARGETS as PATCHING_TARGETS
 from .bench_smollm2 import TARGETS as SMOLLM2_TARGETS
 from .config import GPTConfig
 from .params import count_parameters
@@ -41,7 +46,7 @@ from .params import count_parameters
 GPT2_SMALL = dict(vocab_size=50257, n_positions=1024, n_layer=12, n_head=12, n_embd=768)
 TINY = dict(vocab_size=1000, n_positions=128, n_layer=2, n_head=4, n_embd=64)
 TARGETS = {"forward_capture": ("<=", 0.6), "decode": (">=", 1.0), "load": ("<=", 1.0), "recount": ("<=", 5.0),
-           **SMOLLM2_TARGETS}
+           **PATCHING_TARGETS, **SMOLLM2_TARGETS}
 
 
 @dataclass(frozen=True)
@@ -52,10 +57,12 @@ class Plan:
     new_tokens: int
     runs: int
     decode_runs: int
+    patch_tokens: int = 15
+    patch_runs: int = 3  # the naive side is 144 forwards: a few runs are enough
 
 
 FULL = Plan(GPT2_SMALL, capture_tokens=64, prompt_tokens=16, new_tokens=128, runs=9, decode_runs=5)
-QUICK = Plan(TINY, capture_tokens=16, prompt_tokens=4, new_tokens=8, runs=2, decode_runs=1)
+QUICK = Plan(TINY, capture_tokens=16, prompt_tokens=4, new_tokens=8, runs=2, decode_runs=1, patch_tokens=6, patch_runs=1)
 
 
 def _sync(device: torch.device) -> None:
@@ -205,7 +212,7 @@ def bench_recount(plan: Plan) -> dict:
                 recount_total_ours=run_ours(), recount_total_ref=run_ref())
 
 
-def run_bench(quick: bool = False, device: torch.device | None = None, progress=None) -> dict:
+def run_bench(quick: bool = False, device: torch.device | None = None, progress=None, tl_python: str | None = None) -> dict:
     """All four measurements -> one flat dict of figures (what --json prints)."""
     import transformers
     import transformers.utils.logging
@@ -225,6 +232,9 @@ def run_bench(quick: bool = False, device: torch.device | None = None, progress=
     ids = torch.randint(0, plan.shape["vocab_size"], (1, plan.capture_tokens), generator=g).to(device)  # (1, T)
     say("forward_capture")
     result.update(bench_forward_capture(hf, ours, ids, plan, device))
+    say("patch_heads (the naive loop takes a while)")
+    result.update(bench_patching.bench_patch_heads(ours, plan.shape, plan.patch_tokens, plan.patch_runs, device,
+                                                   timed_pair))
     say("decode")
     result.update(bench_decode(hf, ours, ids[:, :plan.prompt_tokens], plan, device))
     del ours
@@ -234,6 +244,9 @@ def run_bench(quick: bool = False, device: torch.device | None = None, progress=
     say("recount")
     result.update(bench_recount(plan))
     result.update(bench_smollm2.bench_smollm2(quick, device, timed_pair, say))
+    if tl_python:
+        say("TransformerLens check")
+        result.update(bench_patching.run_tl_check(tl_python, quick))
     return result
 
 
@@ -262,6 +275,8 @@ def format_table(r: dict) -> str:
         "",
         f"{'name':<16}{'ours':>14}{'reference':>14}{'ratio':>9}   target",
     ]
+    if "patch_heads_s" in r:
+        rows += bench_patching.table_rows(r)
     for name, ours, ref, ratio, judged in rows:
         op, target = TARGETS[name]
         unit = " ms" if name == "recount" else ""
@@ -276,6 +291,7 @@ def format_table(r: dict) -> str:
         f"recount: reference = build GPT2LMHeadModel(gpt2-xl) on the meta device and sum numel; "
         f"totals {r['recount_total_ours']:,} vs {r['recount_total_ref']:,}",
     ]
+    lines += bench_patching.table_notes(r)
     if "smollm2_load_ratio" in r:
         lines += bench_smollm2.table_notes(r)
     return "\n".join(lines)
@@ -288,13 +304,15 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default=None, help="cpu, cuda, mps (default: best available)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads for both sides (default: torch's choice; on a busy machine 1 is steadier)")
+    parser.add_argument("--tl-python", default=None, metavar="PATH",
+                        help="also compare DLA and patching with TransformerLens, run by this Python (one that has transformer-lens)")
     args = parser.parse_args(argv)
     if args.threads is not None:
         if args.threads < 1:
             parser.error("--threads must be 1 or more")
         torch.set_num_threads(args.threads)
     progress = None if args.json else (lambda message: print(f"… {message}", file=sys.stderr, flush=True))
-    result = run_bench(quick=args.quick, device=args.device, progress=progress)
+    result = run_bench(quick=args.quick, device=args.device, progress=progress, tl_python=args.tl_python)
     print(json.dumps(result, indent=2) if args.json else format_table(result))
     return 0
 

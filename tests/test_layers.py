@@ -28,6 +28,7 @@ RULES = [
                          "explorer.workers", "explorer.controllers"),
      "panels are passive views: numpy in, intent signals out"),
     ("explorer/session.py", QT, "the session is headless: no Qt"),
+    ("explorer/session_interp.py", QT, "the session's attribution/ablation/patching half is headless: no Qt"),
     ("explorer/devices.py", QT, "the session's device and memory checks are headless: no Qt"),
     ("explorer/results.py", QT + ("torch", "gptcore", "transformers", "safetensors"),
      "results are numpy and plain values: panels and scripts read them without torch"),

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+import shiboken6
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QFileDialog
 
@@ -45,7 +46,7 @@ class AttentionController(PanelController):
 
     drawn = Signal(object)  # the AttentionResult just drawn (tests record every frame)
     view_class = AttentionPanel
-    task_keys = (TASK_KEY,)
+    task_keys = (TASK_KEY, "attention-census")
 
     def __init__(self, ctx, view: AttentionPanel, parent: QObject | None = None,
                  debounce_ms: int = DEBOUNCE_MS, thumb_size: int = THUMB_SIZE):
@@ -57,6 +58,7 @@ class AttentionController(PanelController):
         self.selected: tuple[int, int] | None = None
         self._in_flight = False
         self._dirty = False
+        self._census_version = -1  # the version whose head census is on the grid (or on its way)
         self.timer = QTimer(self)
         self.timer.setSingleShot(True)
         self.timer.setInterval(debounce_ms)
@@ -64,6 +66,7 @@ class AttentionController(PanelController):
         panel.promptChanged.connect(lambda _text: self.timer.start())
         panel.bosToggled.connect(lambda _on: self.request())
         panel.headSelected.connect(self.select_head)
+        panel.ablateToggled.connect(self.toggle_ablation)
         panel.exportRequested.connect(self._export_dialog)
         panel.set_prompt_text(ctx.prompt if ctx.prompt is not None else _default_prompt())
 
@@ -119,6 +122,42 @@ class AttentionController(PanelController):
             if not self.result.has_full(layer):
                 self.request()
 
+    def _show_census(self, version: int) -> None:
+        """The induction column: the session's head census for this model and ablation,
+        computed once per version in the background (repeated random tokens, ~1 s for GPT-2 small)."""
+        if self._census_version == version:
+            return
+        self._census_version = version
+        session = self.ctx.session
+
+        def work(token, _progress):
+            token.raise_if_cancelled()
+            return session.head_census()
+
+        def show(census) -> None:
+            # It may arrive after the view closed (nothing waits for it): then there is nothing to draw.
+            if census.version == session.version and shiboken6.isValid(self.view):
+                self.view.set_census(census.induction)
+
+        self.view.set_census(None)
+        self.ctx.runner.submit("attention-census", work, on_result=show, on_error=self._on_error)
+
+    def toggle_ablation(self, layer: int, head: int) -> None:
+        """Shift+click: ablate (or restore) a head for every panel; the window then tells
+        every panel, this one included, that its results are out of date (the session's version moved)."""
+        session = self.ctx.session
+        if not session.has_model:
+            return
+
+        def work(token, _progress):
+            return session.toggle_head(layer, head)
+
+        def done(_state) -> None:
+            if not self.ctx.notify_ablation_changed():  # no window (unit tests): only this panel to update
+                self.on_settings_changed()
+
+        self.ctx.runner.submit("ablation", work, on_result=done, on_error=self._on_error)
+
     def on_model_changed(self) -> None:
         """The session holds a new model: forget the old picture's shape, clear it, recompute."""
         if self.selected and self.ctx.session.config is not None:
@@ -137,6 +176,8 @@ class AttentionController(PanelController):
         capture_ms = result.forward_s * 1000
         self.timer.setInterval(int(min(self.debounce_ms, max(MIN_DEBOUNCE_MS, capture_ms))))
         self.view.set_attention(result)
+        self.view.set_ablated(self.ctx.session.ablation.heads)
+        self._show_census(result.version)
         if result.n_tokens:
             if self.selected is None or self.selected[0] >= result.n_layer or self.selected[1] >= result.n_head:
                 flat = int(np.argmax(result.prev_token))  # open on the clearest head type there is

@@ -36,6 +36,7 @@ STATUS_MAX_PX = 360
 class AttentionPanel(QWidget):
     promptChanged = Signal(str)
     headSelected = Signal(int, int)
+    ablateToggled = Signal(int, int)  # Shift+click on a tile: ablate / restore that head (session-wide)
     bosToggled = Signal(bool)
     exportRequested = Signal(str)  # "grid-png" | "head-png" | "npz"
 
@@ -113,6 +114,7 @@ class AttentionPanel(QWidget):
         layout.addWidget(self.readout)
 
         self.grid.headSelected.connect(self.headSelected)
+        self.grid.ablateToggled.connect(self.ablateToggled)
         self.grid.hoverText.connect(self.readout.setText)
         self.zoom.hoverText.connect(self.readout.setText)
         self.zoom.queryHovered.connect(self._tint_chips)
@@ -175,6 +177,14 @@ class AttentionPanel(QWidget):
         self.grid.clear_data()
         self.zoom.clear_head(reason)
         self.set_status(reason)
+
+    def set_ablated(self, heads) -> None:
+        """The session's ablated heads, marked on the grid."""
+        self.grid.set_ablated(heads)
+
+    def set_census(self, induction) -> None:
+        """The head census's induction scores (L, nh) as the grid's last summary column."""
+        self.grid.set_census(induction)
 
     def set_status(self, text: str) -> None:
         self.status_label.setText(text)

@@ -29,8 +29,11 @@ from .formatting import format_prob
 LOG_FLOOR = 1e-4  # log scale shows weights from 1e-4 to 1
 GRID_COLORMAP = "inferno"
 STATS_COLORMAP = "viridis"
-STATS = (("entropy", "entropy"), ("prev_token", "prev"), ("first_token", "first"))
+STATS = (("entropy", "entropy"), ("prev_token", "prev"), ("first_token", "first"), ("induction", "induct."))
+# "induction" is the head census's score (repeated random tokens, not this prompt): it comes
+# through `set_census`, not with the prompt's data, and stays until the model or ablation changes.
 SELECT_COLOUR = "#22d3ee"
+ABLATED_COLOUR = "#ef4444"
 MASKED_COLOUR = "#8a8f98"  # neutral grey: "cannot attend", distinct from weight 0 (black)
 
 
@@ -139,10 +142,12 @@ class _ColumnAxis(pg.AxisItem):
 
 
 class HeatmapGrid(pg.GraphicsLayoutWidget):
-    """Passive view. In: `set_data`, `set_log`, `select`. Out: `headSelected(layer, head)`
-    on click or arrow keys, `hoverText(str)` describing what is under the mouse."""
+    """Passive view. In: `set_data`, `set_log`, `select`, `set_ablated`. Out:
+    `headSelected(layer, head)` on click or arrow keys, `ablateToggled(layer, head)` on
+    Shift+click, `hoverText(str)` describing what is under the mouse."""
 
     headSelected = Signal(int, int)
+    ablateToggled = Signal(int, int)
     hoverText = Signal(str)
     _built = False
 
@@ -155,6 +160,7 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
         self._mosaic = np.zeros((0, 0), np.float32)
         self._bin_labels: list[str] = []
         self._stats: dict[str, np.ndarray] = {}
+        self._census: np.ndarray | None = None  # (L, nh) induction scores of the head census
         self._lens: tuple = ((), np.zeros(0))
         self._log = False
         self._compact = False
@@ -191,6 +197,12 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
         self.selection.setZValue(10)
         self.selection.hide()
         self.plot.addItem(self.selection)
+        # Ablated heads (session state): a cross over the tile, drawn above the image.
+        self.ablated_marks = pg.ScatterPlotItem(symbol="x", size=14, pen=pg.mkPen(ABLATED_COLOUR, width=2),
+                                                brush=pg.mkBrush(ABLATED_COLOUR))
+        self.ablated_marks.setZValue(11)
+        self.plot.addItem(self.ablated_marks)
+        self.ablated: tuple[tuple[int, int], ...] = ()
 
         self.colorbar = pg.ColorBarItem(values=display_levels(False), colorMap=pg.colormap.get(GRID_COLORMAP),
                                         label="attention weight", interactive=False, width=12)
@@ -267,6 +279,9 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
                 self.selected = None
                 self.selection.hide()
         for key, _title in STATS:
+            if key == "induction":
+                self.set_census(self._census)
+                continue
             values = stats.get(key, np.zeros((L, nh)))
             top = max(math.log(max(t, 2)), 1e-6) if key == "entropy" else 1.0
             self.stat_images[key].setImage(values.astype(np.float32), autoLevels=False, levels=(0.0, top))
@@ -348,6 +363,8 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
         self._future_for = None
         for image in self.stat_images.values():
             image.clear()
+        self._census = None
+        self.set_ablated(())
         self.separators.setData([], [])
         self.left_axis.set_count(0)
         self.top_axis.set_count(0)
@@ -364,6 +381,23 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
         t = self._t
         tile = self._mosaic[layer * t:(layer + 1) * t, head * t:(head + 1) * t]
         return np.where(causal_mask(t), tile, np.nan) if t else tile
+
+    def set_census(self, induction: np.ndarray | None) -> None:
+        """The head census's induction score per head (L, nh), as the last summary column
+        (blank until it arrives, or when it is for another shape)."""
+        self._census = induction
+        L, nh = self._L, self._nh
+        values = induction if induction is not None and induction.shape == (L, nh) else np.full((L, nh), np.nan)
+        self.stat_images["induction"].setImage(np.asarray(values, np.float32), autoLevels=False, levels=(0.0, 0.5))
+        self.stat_images["induction"].setRect(QRectF(0, 0, max(nh, 1), max(L, 1)))
+        self.stat_plots["induction"].setXRange(0, max(nh, 1), padding=0)
+        if "induction" in self._stats or induction is not None:
+            self._stats = {**self._stats, "induction": values}
+
+    def set_ablated(self, heads) -> None:
+        """Mark these (layer, head) tiles as ablated (a red cross)."""
+        self.ablated = tuple((int(l), int(h)) for l, h in heads)
+        self.ablated_marks.setData(x=[h + 0.5 for _, h in self.ablated], y=[l + 0.5 for l, _ in self.ablated])
 
     # -- selection -----------------------------------------------------------------------
     def select(self, layer: int, head: int, emit: bool = False) -> None:
@@ -402,6 +436,9 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
         cell = self._cell_at(event.scenePos())
         if cell is not None and event.button() == Qt.MouseButton.LeftButton:
             self.setFocus()
+            if event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
+                self.ablateToggled.emit(cell[0], cell[1])
+                return
             self.select(cell[0], cell[1], emit=True)
 
     def _on_move(self, scene_pos) -> None:
@@ -410,8 +447,9 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
             return
         layer, head, fy, fx = cell
         q, k = min(int(fy * self._t), self._t - 1), min(int(fx * self._t), self._t - 1)
-        text = f"L{layer} H{head}"
-        stats = "  ".join(f"{title} {self._stats[key][layer, head]:.2f}" for key, title in STATS if key in self._stats)
+        text = f"L{layer} H{head}" + (" (ablated)" if (layer, head) in self.ablated else "")
+        stats = "  ".join(f"{title} {self._stats[key][layer, head]:.2f}" for key, title in STATS
+                          if key in self._stats and self._stats[key].shape == (self._L, self._nh))
         if k <= q:
             weight = self._thumbs[layer, head, q, k]
             text += f"   query {self._bin_labels[q]} → key {self._bin_labels[k]}: {weight:.3f}"

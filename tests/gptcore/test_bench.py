@@ -9,7 +9,8 @@ import pytest
 
 from gptcore import bench
 
-KEYS = ("forward_capture_ratio", "decode_ratio", "load_ratio", "recount_ms", "smollm2_load_ratio", "smollm2_decode_ratio")
+KEYS = ("forward_capture_ratio", "decode_ratio", "load_ratio", "recount_ms", "smollm2_load_ratio", "smollm2_decode_ratio",
+        "patch_heads_ratio", "patch_heads_s")
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +42,10 @@ def test_quick_bench_compares_the_same_computation(quick_json):
     assert quick_json["forward_capture_pattern_max_abs_diff"] < 1e-5
     assert quick_json["decode_same_tokens"] is True
     assert quick_json["recount_total_ours"] == quick_json["recount_total_ref"] == 1_557_611_200
+    # batched patching and the naive one-forward-per-head loop computed the same map
+    assert quick_json["patch_heads_cells"] == n_layer * quick_json["shape"]["n_head"]
+    assert quick_json["patch_heads_max_abs_diff"] < 1e-4
+    assert quick_json["patch_heads_ratio"] == pytest.approx(quick_json["patch_heads_s"] / quick_json["patch_heads_s_naive"])
     # the Llama-family half: same parameters, same logits, same greedy tokens as HF
     assert quick_json["smollm2_params"] == quick_json["smollm2_params_ref"] > 0
     assert quick_json["smollm2_logits_max_abs_diff"] < 1e-4
@@ -81,3 +86,10 @@ def test_table_names_every_row_with_a_target():
     assert "met" in lines["smollm2_decode"] and ">= 1" in lines["smollm2_decode"]
     assert "134,515,008 parameters" in table
     assert "2 torch threads" in table and "device cpu" in table
+    assert "patch_heads" not in lines  # an older result without the patching figures still prints
+    figures.update(patch_heads_s=6.0, patch_heads_s_naive=30.0, patch_heads_ratio=0.2, patch_heads_cells=144,
+                   patch_heads_tokens=15, patch_heads_max_abs_diff=1e-6)
+    table = bench.format_table(figures)
+    row = next(line for line in table.splitlines() if line.startswith("patch_heads "))
+    assert "met" in row and "<= 0.3" in row
+    assert "6.00 s vs target <= 5 s  MISSED" in table

@@ -1,0 +1,322 @@
+"""Attribution controller: the Attribution panel <-> the session, through the task runner.
+
+- DLA follows the prompt, target and contrast live, with the attention panel's rules: a
+  debounce timer, at most one run in flight (an edit meanwhile makes ONE more run when it
+  ends), and a result computed for an older `session.version` (model swapped, ablation
+  changed) is dropped.
+- Ablation is session state: a click toggles a head or an MLP in the session (on a worker:
+  mean ablation runs the sample prompts), then the window is told, so EVERY panel
+  recomputes with the ablated model (they all see `version` change).
+- Patching runs under its own key with progress and Cancel; a model swap stops it (the
+  session raises a message); clicking a cell asks for that cell's patched distribution.
+- The head census is computed once per model/ablation version, when this panel is built
+  and after each change.
+"""
+from __future__ import annotations
+
+import logging
+
+import shiboken6
+from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtWidgets import QFileDialog
+
+from ..panels.attribution_panel import AUTO_CONTRAST, AUTO_TARGET, NO_CONTRAST, AttributionPanel
+from .base import MODEL_CHANGED, PanelController
+
+log = logging.getLogger("explorer.attribution")
+
+DEBOUNCE_MS = 120
+DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
+DEFAULT_CORRUPT = "When Mary and John went to the store, Mary gave a drink to"
+KEYS = dict(dla="attribution", patch="patching", cell="patched-cell", census="census", ablation="ablation")
+
+
+class AttributionController(PanelController):
+    drawn = Signal(object)  # the AttributionResult just drawn
+    patched = Signal(object)  # the PatchingResult just drawn
+    censusDrawn = Signal(object)
+    view_class = AttributionPanel
+    task_keys = tuple(KEYS.values())
+
+    def __init__(self, ctx, view: AttributionPanel, parent: QObject | None = None, debounce_ms: int = DEBOUNCE_MS):
+        super().__init__(ctx, view, parent)
+        self.panel = panel = view
+        self.result = None  # AttributionResult on screen
+        self.patch_result = None  # PatchingResult on screen
+        self.census = None
+        self.target: int | None = None  # None: the model's top-1
+        self.contrast: int | None | str = "auto"  # "auto": top-2; None: no contrast
+        self._in_flight = self._dirty = False
+        self._patch_answered = True
+        self.timer = QTimer(self)
+        self.timer.setSingleShot(True)
+        self.timer.setInterval(debounce_ms)
+        self.timer.timeout.connect(self.request)
+        panel.promptChanged.connect(lambda _text: self.timer.start())
+        panel.targetPicked.connect(self.pick_target)
+        panel.contrastPicked.connect(self.pick_contrast)
+        panel.headToggled.connect(lambda layer, head: self._change_ablation("head", layer, head))
+        panel.mlpToggled.connect(lambda layer: self._change_ablation("mlp", layer))
+        panel.modeChanged.connect(lambda mode: self._change_ablation("mode", mode))
+        panel.resetRequested.connect(lambda: self._change_ablation("reset"))
+        panel.runRequested.connect(self.run_patching)
+        panel.cancelRequested.connect(lambda: self.ctx.runner.cancel(KEYS["patch"]))
+        panel.cellClicked.connect(self.show_cell)
+        panel.exportRequested.connect(self._export_dialog)
+        panel.corrupt.setPlainText(DEFAULT_CORRUPT)
+        panel.set_prompt_text(ctx.prompt if ctx.prompt is not None else DEFAULT_PROMPT)
+        self._show_ablation()
+        self.request_census()
+
+    # -- the panel contract ------------------------------------------------------------------
+    @property
+    def is_ready(self) -> bool:
+        return self.result is not None
+
+    def set_prompt(self, text: str) -> None:
+        if text == self.panel.prompt_text():
+            return
+        self.panel.set_prompt_text(text)
+        self.request()
+
+    def invalidate(self, reason: str) -> None:
+        """A new model: its shape may differ, so the maps go; a new ablation: what is drawn is
+        marked out of date until the recomputation lands (patching waits for Run)."""
+        self.panel.set_status(reason)
+        if reason == MODEL_CHANGED:
+            self.result = self.patch_result = self.census = None
+            self.panel.clear_results(reason)
+        elif self.patch_result is not None:
+            self.panel.set_patch_message(f"{reason}: these maps are from before; Run again", error=True)
+
+    def refresh(self) -> None:
+        self.request()
+        self.request_census()
+
+    @property
+    def session(self):
+        return self.ctx.session
+
+    # -- DLA ---------------------------------------------------------------------------------
+    def request(self) -> None:
+        self.timer.stop()
+        if self._in_flight:
+            self._dirty = True
+            return
+        session = self.session
+        if not session.has_model:
+            self.panel.set_status("waiting for a model…")
+            return
+        text, target, contrast = self.panel.prompt_text(), self.target, self.contrast
+
+        def work(token, _progress):
+            token.raise_if_cancelled()
+            return session.attribution(text, target, contrast)
+
+        self._in_flight = True
+        self.panel.set_status("computing…")
+        self.panel.set_message("")  # a new question: the last complaint no longer applies
+        self.ctx.runner.submit(KEYS["dla"], work, on_result=self._on_result, on_error=self._on_error,
+                               on_finished=self._on_finished)
+
+    def _on_result(self, result) -> None:
+        if result.version != self.session.version:
+            self._dirty = True
+            return
+        self.result = result
+        self.panel.set_attribution(result)
+        self.panel.set_status(f"{len(result.tokens)} tokens · {result.elapsed_s * 1000:.0f} ms")
+        self.drawn.emit(result)
+        self.mark_ready()
+
+    def _on_error(self, exc: BaseException) -> None:
+        self._show_error("Attribution failed", exc)
+
+    def _on_finished(self) -> None:
+        self._in_flight = False
+        if self._dirty:
+            self._dirty = False
+            self.request()
+
+    def _show_error(self, title: str, exc: BaseException, patching: bool = False) -> None:
+        """The one error path: an input problem stays in the panel; a bug also opens the dialog."""
+        expl = self.report_error(exc, title)
+        message = expl.message.split("\n\n")[0] if expl.input_problem else f"{expl.title}: {exc}"
+        if patching:
+            self.panel.set_patch_message(message, error=True)
+        else:
+            self.panel.set_message(message)
+
+    # -- target and contrast -------------------------------------------------------------------
+    def _resolve(self, text: str) -> int | None:
+        try:
+            return self.session.resolve_token(text).id
+        except ValueError as exc:
+            self.panel.set_message(str(exc))
+            return None
+
+    def pick_target(self, text: str) -> None:
+        if text == AUTO_TARGET:
+            self.target = None
+        else:
+            token = self._resolve(text)
+            if token is None:
+                return
+            if token == self.contrast:
+                self.panel.set_message(f"target and contrast are the same token ({text!r}); pick another contrast")
+                return
+            self.target = token
+        self.request()
+
+    def pick_contrast(self, text: str) -> None:
+        if text == AUTO_CONTRAST:
+            self.contrast = "auto"
+        elif text in (NO_CONTRAST, ""):
+            self.contrast = None
+        else:
+            token = self._resolve(text)
+            if token is None:
+                return
+            current_target = self.target if self.target is not None else (self.result.target.id if self.result else None)
+            if token == current_target:
+                self.panel.set_message(f"target and contrast are the same token ({text!r}); pick another contrast")
+                return
+            self.contrast = token
+        self.request()
+
+    # -- ablation (session state) -------------------------------------------------------------
+    def _change_ablation(self, what: str, *args) -> None:
+        session = self.session
+        if not session.has_model:
+            return
+        mode = self.panel.mode.currentText()
+
+        def work(token, _progress):
+            if what == "head":
+                return session.toggle_head(args[0], args[1], mode)
+            if what == "mlp":
+                return session.toggle_mlp(args[0], mode)
+            if what == "mode":
+                state = session.ablation
+                return session.set_ablation(state.heads, state.mlps, args[0]) if state.active else state
+            return session.clear_ablation()
+
+        self.ctx.runner.submit(KEYS["ablation"], work, on_result=self._ablation_changed,
+                               on_error=lambda exc: (self._show_error("Ablation failed", exc), self._show_ablation()))
+
+    def _ablation_changed(self, _state) -> None:
+        self._show_ablation()
+        if not self.ctx.notify_ablation_changed():  # the window tells every panel, us included
+            self.on_settings_changed()
+
+    def _show_ablation(self) -> None:
+        state = self.session.ablation
+        self.panel.set_ablation(state.heads, state.mlps, state.text(), state.mode)
+
+    # -- patching ------------------------------------------------------------------------------
+    def run_patching(self, corrupt_text: str) -> None:
+        session, result = self.session, self.result
+        if result is None or result.version != session.version:
+            self.panel.set_patch_message("wait for the attribution of the clean prompt to finish, then Run", error=True)
+            return
+        clean_text = result.text
+        target = result.target.id
+        contrast = result.contrast.id if result.contrast is not None else None
+
+        def work(token, progress):
+            return session.patching(clean_text, corrupt_text, target, contrast, progress=progress, cancel=token)
+
+        self.panel.set_running(True)
+        self.panel.set_patch_message("patching…")
+        self._patch_answered = False  # stays False when the run ends by Cancel (no result, no error)
+        self.ctx.runner.submit(KEYS["patch"], work, on_result=self._on_patched,
+                               on_error=self._on_patch_error,
+                               on_progress=lambda done, total, _msg: self.panel.set_progress(done, total),
+                               on_finished=self._patching_finished)
+
+    def _on_patch_error(self, exc: BaseException) -> None:
+        self._patch_answered = True
+        self._show_error("Patching failed", exc, patching=True)
+
+    def _on_patched(self, result) -> None:
+        self._patch_answered = True
+        if result.version != self.session.version:
+            self.panel.set_patch_message("the model or the ablation changed during the run; Run again", error=True)
+            return
+        self.patch_result = result
+        self.panel.set_patching(result)
+        self.patched.emit(result)
+
+    def _patching_finished(self) -> None:
+        self.panel.set_running(False)
+        if not self._patch_answered:
+            self.panel.set_patch_message("cancelled; the maps shown (if any) are from the previous run")
+
+    def show_cell(self, kind: str, layer: int, index: int) -> None:
+        r = self.patch_result
+        if r is None:
+            return
+        session = self.session
+
+        def work(token, _progress):
+            token.raise_if_cancelled()
+            return session.patched_distribution(r.clean_text, r.corrupt_text, kind, layer, index)
+
+        self.ctx.runner.submit(KEYS["cell"], work, on_result=self.panel.set_patched_distribution,
+                               on_error=lambda exc: self._show_error("Patched distribution failed", exc, patching=True))
+
+    # -- census ----------------------------------------------------------------------------------
+    def request_census(self) -> None:
+        session = self.session
+        if not session.has_model:
+            return
+
+        def work(token, _progress):
+            token.raise_if_cancelled()
+            return session.head_census()
+
+        self.ctx.runner.submit(KEYS["census"], work, on_result=self._on_census,
+                               on_error=lambda exc: self._show_error("Head census failed", exc))
+
+    def _on_census(self, census) -> None:
+        if census.version != self.session.version or not shiboken6.isValid(self.panel):
+            return  # stale, or the view closed while it was computed
+        self.census = census
+        self.panel.set_census(census.rows(), self.session.ablation.heads)
+        self.censusDrawn.emit(census)
+
+    # -- model swaps and ablation changes ---------------------------------------------------------
+    def on_model_changed(self) -> None:
+        """A new model (its ablation is cleared): picked token ids stay unless the new
+        vocabulary cannot hold them; then clear and recompute (the base contract)."""
+        cfg = self.session.config
+        if cfg is not None:
+            if self.target is not None and self.target >= cfg.vocab_size:
+                self.target = None
+            if isinstance(self.contrast, int) and self.contrast >= cfg.vocab_size:
+                self.contrast = "auto"
+        self._show_ablation()
+        super().on_model_changed()
+
+    def on_settings_changed(self) -> None:
+        """The ablation changed (here or in another panel): mark, then recompute."""
+        self._show_ablation()
+        super().on_settings_changed()
+
+    # -- export ----------------------------------------------------------------------------------
+    def _export_dialog(self, key: str, fmt: str) -> None:
+        filters = "CSV (*.csv)" if fmt == "csv" else "PNG image (*.png)"
+        path, _ = QFileDialog.getSaveFileName(self.panel, "Export", self.ctx.file_path(f"attribution-{key}.{fmt}"),
+                                              filters)
+        if path:
+            self.ctx.remember_folder_of(path)
+            self.export(key, fmt, path)
+
+    def export(self, key: str, fmt: str, path: str) -> None:
+        try:
+            if not self.panel.export(key, fmt, path):
+                raise OSError(f"could not write {path}; pick a folder you can write to")
+        except OSError as exc:
+            self.panel.set_message(self.report_error(exc, "Export failed").message)
+            return
+        self.ctx.show_message(f"Exported {path}", 5000)

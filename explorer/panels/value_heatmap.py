@@ -1,0 +1,174 @@
+"""A signed matrix (layers × heads, layers × positions) as one image with a diverging colour
+scale centred on 0: blue pushes the answer down, red pushes it up, white does nothing.
+
+Used for the DLA head map and the four patching maps. One ImageItem created once and
+updated with `setImage(..., autoLevels=False, levels=±m)`, row-major, each cell 1 × 1 in
+view coordinates (x = column, y = row), so ticks, clicks and marks work in cell units.
+Marks (a cross on a cell) show ablated heads.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QRectF, Qt, Signal
+
+DIVERGING = "CET-D1"  # blue – white – red, bundled with pyqtgraph
+MARK_COLOUR = "#111827"
+SELECT_COLOUR = "#22d3ee"
+
+
+class _LabelAxis(pg.AxisItem):
+    """Ticks at cell centres with the given labels, thinned to stay legible."""
+
+    def __init__(self, orientation: str):
+        super().__init__(orientation)
+        self.enableAutoSIPrefix(False)
+
+    def set_labels(self, labels: list[str], max_labels: int = 40) -> None:
+        step = max(1, math.ceil(len(labels) / max(1, max_labels)))
+        major = [(i + 0.5, text) for i, text in enumerate(labels) if i % step == 0]
+        minor = [(i + 0.5, "") for i in range(len(labels)) if i % step]
+        self.setTicks([major, minor])
+
+
+class ValueHeatmap(pg.GraphicsLayoutWidget):
+    """Passive view. In: `set_matrix`, `set_marks`, `select`. Out: `cellClicked(row, col)`,
+    `hoverText(str)`."""
+
+    cellClicked = Signal(int, int)
+    hoverText = Signal(str)
+
+    def __init__(self, title: str = "", value_label: str = "value", parent=None):
+        super().__init__(parent)
+        self._values = np.zeros((0, 0))
+        self._rows: list[str] = []
+        self._cols: list[str] = []
+        self._value_label = value_label
+        self._col_px = 56
+        self.left_axis = _LabelAxis("left")
+        self.bottom_axis = _LabelAxis("bottom")
+        self.plot = self.addPlot(row=0, col=0, axisItems={"left": self.left_axis, "bottom": self.bottom_axis})
+        self.plot.setMenuEnabled(False)
+        self.plot.hideButtons()
+        self.plot.setMouseEnabled(x=False, y=False)
+        self.plot.invertY(True)  # layer 0 on top, as in the attention grid
+        if title:
+            self.plot.setTitle(title, size="9pt")
+        self.image = pg.ImageItem(axisOrder="row-major")
+        self.plot.addItem(self.image)
+        self.marks = pg.ScatterPlotItem(symbol="x", size=11, pen=pg.mkPen(MARK_COLOUR, width=1.5),
+                                        brush=pg.mkBrush(MARK_COLOUR))
+        self.marks.setZValue(5)
+        self.plot.addItem(self.marks)
+        self.selection = pg.QtWidgets.QGraphicsRectItem()
+        self.selection.setPen(pg.mkPen(SELECT_COLOUR, width=2.5, cosmetic=True))
+        self.selection.setZValue(10)
+        self.selection.hide()
+        self.plot.addItem(self.selection)
+        self.colorbar = pg.ColorBarItem(values=(-1.0, 1.0), colorMap=pg.colormap.get(DIVERGING), label=value_label,
+                                        interactive=False, width=12)
+        self.colorbar.setImageItem(self.image)
+        self.addItem(self.colorbar, row=0, col=1)
+        self.scene().sigMouseClicked.connect(self._on_click)
+        self.scene().sigMouseMoved.connect(self._on_move)
+
+    # -- data in -----------------------------------------------------------------------
+    def set_matrix(self, values: np.ndarray, row_labels: list[str], col_labels: list[str],
+                   scale: float | None = None, col_px: int = 56) -> None:
+        """values (R, C); colour range ±scale (default: ±max |value|, never 0); column
+        labels thinned to about one per `col_px` pixels."""
+        self._col_px = col_px
+        values = np.asarray(values, dtype=np.float64)
+        R, C = values.shape
+        self._values, self._rows, self._cols = values, list(row_labels), list(col_labels)
+        finite = values[np.isfinite(values)]
+        m = scale if scale is not None else (float(np.abs(finite).max()) if finite.size else 1.0)
+        m = m if m > 0 else 1.0
+        self.colorbar.setLevels(values=(-m, m))
+        self.image.setImage(values.astype(np.float32), autoLevels=False, levels=(-m, m))
+        self.image.setRect(QRectF(0, 0, max(C, 1), max(R, 1)))
+        self._apply_labels()
+        self.plot.vb.setRange(xRange=(0, max(C, 1)), yRange=(0, max(R, 1)), padding=0)
+
+    def _apply_labels(self) -> None:
+        """Thin the labels to what fits: one column label per `col_px` pixels, one row label per 16 px."""
+        width = max(self.plot.vb.width() or 0, self.width() * 0.7)
+        height = max(self.plot.vb.height() or 0, self.height() * 0.7)
+        self.left_axis.set_labels(self._rows, max_labels=max(2, int(height / 16)))
+        self.bottom_axis.set_labels(self._cols, max_labels=max(2, int(width / self._col_px)))
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        if getattr(self, "_values", np.zeros(0)).size:  # pyqtgraph resizes once inside __init__
+            self._apply_labels()
+
+    def set_marks(self, cells) -> None:
+        """Draw a cross on each (row, col) in `cells` (e.g. the ablated heads)."""
+        cells = list(cells)
+        self.marks.setData(x=[c + 0.5 for _, c in cells], y=[r + 0.5 for r, _ in cells])
+
+    def clear_data(self) -> None:
+        """Nothing drawn (not `clear`: GraphicsLayoutWidget's attribute of that name empties the layout)."""
+        self._values, self._rows, self._cols = np.zeros((0, 0)), [], []
+        self.image.clear()
+        self.left_axis.set_labels([])
+        self.bottom_axis.set_labels([])
+        self.set_marks([])
+        self.selection.hide()
+
+    @property
+    def values(self) -> np.ndarray:
+        return self._values
+
+    @property
+    def labels(self) -> tuple[list[str], list[str]]:
+        return self._rows, self._cols
+
+    def select(self, row: int, col: int) -> None:
+        self.selection.setRect(QRectF(col, row, 1, 1))
+        self.selection.show()
+
+    # -- export ----------------------------------------------------------------------------
+    def export_png(self, path: str) -> bool:
+        return self.grab().save(path)
+
+    def csv_text(self) -> str:
+        """The matrix with its labels: a header of column labels, one line per row."""
+        import csv
+        import io
+
+        out = io.StringIO()
+        writer = csv.writer(out)
+        unique = len(set(self._cols)) == len(self._cols)  # a token may appear twice: then name columns by position too
+        writer.writerow([""] + (self._cols if unique else [f"{i} {c}" for i, c in enumerate(self._cols)]))
+        for label, row in zip(self._rows, self._values):
+            writer.writerow([label] + [f"{v:.6g}" for v in row])
+        return out.getvalue()
+
+    # -- mouse -------------------------------------------------------------------------------
+    def _cell_at(self, scene_pos) -> tuple[int, int] | None:
+        R, C = self._values.shape
+        if not R or not self.plot.sceneBoundingRect().contains(scene_pos):
+            return None
+        p = self.plot.vb.mapSceneToView(scene_pos)
+        row, col = math.floor(p.y()), math.floor(p.x())
+        return (row, col) if 0 <= row < R and 0 <= col < C else None
+
+    def _on_click(self, event) -> None:
+        cell = self._cell_at(event.scenePos())
+        if cell is not None and event.button() == Qt.MouseButton.LeftButton:
+            self.select(*cell)
+            self.cellClicked.emit(*cell)
+
+    def _on_move(self, scene_pos) -> None:
+        cell = self._cell_at(scene_pos)
+        if cell is not None:
+            r, c = cell
+            self.hoverText.emit(f"{self._rows[r]} · {self._cols[c]} (column {c}): {self._value_label} "
+                                f"{self._values[r, c]:+.4f}")
+
+    def cell_centre(self, row: int, col: int):
+        """Scene position of a cell's centre (tests click there)."""
+        return self.plot.vb.mapViewToScene(pg.Point(col + 0.5, row + 0.5))
