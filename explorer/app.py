@@ -265,7 +265,7 @@ def main(argv=None) -> int:
 def _finish(runner, code: int) -> int:
     """Wait briefly for background work; a task stuck in I/O must not keep the process alive."""
     t0 = time.perf_counter()
-    drained = runner.wait_all(QUIT_WAIT_MS)
+    drained = runner.wait_all(QUIT_WAIT_MS) and runner.stop(QUIT_WAIT_MS)
     log.info("quit: background work %s after %.2f s", "drained" if drained else "abandoned", time.perf_counter() - t0)
     if drained:
         logging.shutdown()

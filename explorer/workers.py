@@ -145,10 +145,14 @@ class _ComputeThread:
         with self._cond:
             return self._cond.wait_for(lambda: not self._running and not self._queue, timeout_s)
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 0.0) -> bool:
+        """Ask the thread to end after the task it runs; wait up to `timeout_s` for it. True if it ended."""
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
+        if timeout_s > 0 and threading.current_thread() is not self._thread:
+            self._thread.join(timeout_s)
+        return not self._thread.is_alive()
 
     # -- the compute thread ---------------------------------------------------------------
     def _loop(self) -> None:
@@ -222,10 +226,10 @@ class _ComputeThread:
         else:
             self._emit("_resulted", tid, value)
         value = None
-        with self._cond:
+        self._emit("_finished", tid)  # before the task leaves `_running`: once wait_idle() sees the
+        with self._cond:              # thread idle, it touches the runner no more (quit may delete it)
             self._running.remove(task)
             self._cond.notify_all()
-        self._emit("_finished", tid)
 
     def _step_through(self, steps: types.GeneratorType, token: CancelToken):
         """A generator task: one `next()` per step, waiting work served between steps."""
@@ -286,7 +290,7 @@ class TaskRunner(QObject):
         self._latest[key] = task.task_id
         if self._compute is None:
             self._compute = _ComputeThread(self)
-            self.destroyed.connect(self._compute.stop)
+            self.destroyed.connect(lambda *_args, compute=self._compute: compute.stop())
         superseded = self._compute.drop_queued_of(key)
         self._compute.put(task)
         if not was_busy:
@@ -324,6 +328,12 @@ class TaskRunner(QObject):
             log.warning("background work still running after %d ms: %s", timeout_ms,
                         ", ".join(sorted({t.key for t in self._tasks.values()})))
         return done
+
+    def stop(self, timeout_ms: int = 1000) -> bool:
+        """End the compute thread (after wait_all, on quit), so nothing of ours runs while the
+        interpreter and Qt tear down. A later submit starts a new one. True if it ended in time."""
+        compute, self._compute = self._compute, None
+        return compute is None or compute.stop(timeout_ms / 1000)
 
     def _drop_queued(self) -> None:
         """Take tasks that never started off the queue: cancelled, they would only return."""
