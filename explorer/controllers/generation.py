@@ -26,7 +26,7 @@ from gptcore.sampling import GPT2_VOCAB, default_vocab_limit
 
 from ..panels.formatting import format_prob
 from ..panels.generation_panel import GenerationPanel
-from .base import PanelController
+from .base import MODEL_CHANGED, PanelController
 
 LOGITS_KEY = "generation.logits"
 RUN_KEY = "generation.run"
@@ -112,8 +112,10 @@ class GenerationController(PanelController):
         shown = self.last_run
         if shown is not None and shown.shown and not shown.outdated:
             shown.outdated = True
-            self.view.set_stream_status(f"{self._status_text(shown, final=True)} — written by {shown.model_name}, "
-                                        f"the previous model; press Generate for this one")
+            who = (f"written by {shown.model_name}, the previous model; press Generate for this one"
+                   if reason == MODEL_CHANGED else
+                   "written before the settings changed (e.g. an ablation); press Generate to write with them")
+            self.view.set_stream_status(f"{self._status_text(shown, final=True)} — {who}")
         self.logits = None
         self.distribution = None
         empty = np.zeros(0)

@@ -223,3 +223,17 @@ def test_config_shows_the_new_models_config_after_a_change(qtbot, window):
     assert page.view.values()["n_layer"] == 3 and page.view.values()["block_size"] == 48
     assert window.session.info.name in page.view.loaded_label.text()
     _quiet(qtbot, window.runner)
+
+
+def test_generation_text_after_a_settings_change_is_marked_without_blaming_the_model(qtbot, window):
+    pane = window.show_panel("generation").controller
+    qtbot.waitUntil(lambda: pane.logits is not None, timeout=WAIT_MS)
+    pane.view.set_settings(max_new_tokens=3, temperature=0.0)
+    with qtbot.waitSignal(pane.generationFinished, timeout=WAIT_MS):
+        assert pane.start_generation()
+    _quiet(qtbot, window.runner)
+    window.panel("generation").on_settings_changed()  # what an ablation change sends every panel
+    status = pane.view.stream_status.text()
+    assert "before the settings changed" in status and "previous model" not in status
+    qtbot.waitUntil(lambda: pane.view.chart.bar_labels() != [], timeout=WAIT_MS)  # recomputed
+    _quiet(qtbot, window.runner)
