@@ -1,8 +1,9 @@
 """Attention controller: prompt edits -> debounced capture in a worker -> the panel.
 
 Rules that keep it live while typing without ever drawing the past:
-- each edit restarts a single-shot QTimer; only its timeout computes. Its interval follows
-  the last capture's time, between MIN_DEBOUNCE_MS and DEBOUNCE_MS: with prefix reuse a
+- each edit restarts a single-shot QTimer; only its timeout computes. Its interval is half
+  the last capture's time, between MIN_DEBOUNCE_MS and DEBOUNCE_MS (half: keys that come
+  during a capture are absorbed by the one-run-at-a-time rule below anyway): with prefix reuse a
   keystroke's capture of a short prompt takes a few tens of ms, and waiting 80 ms for it
   would be most of the latency; a slow capture (long prompt, big model) keeps the full
   80 ms so a burst of keys costs one capture, not one per key;
@@ -174,7 +175,7 @@ class AttentionController(PanelController):
             return
         self.result = result
         capture_ms = result.forward_s * 1000
-        self.timer.setInterval(int(min(self.debounce_ms, max(MIN_DEBOUNCE_MS, capture_ms))))
+        self.timer.setInterval(int(min(self.debounce_ms, max(MIN_DEBOUNCE_MS, capture_ms / 2))))
         self.view.set_attention(result)
         self.view.set_ablated(self.ctx.session.ablation.heads)
         self._show_census(result.version)
