@@ -125,8 +125,12 @@ class _ColumnAxis(pg.AxisItem):
         horizontal = self.orientation in ("top", "bottom")
         length = self.geometry().width() if horizontal else self.geometry().height()
         metrics = QFontMetrics(self.style.get("tickFont") or QFont())
-        need = (metrics.horizontalAdvance(f"{self._prefix}{max(count - 1, 0)}") if horizontal
-                else metrics.height()) + self.GAP_PX
+        if horizontal:  # neighbours are centred on their cells: half of each label's width meets the gap
+            widest = metrics.horizontalAdvance(f"{self._prefix}{max(count - 1, 0)}")
+            typical = metrics.horizontalAdvance(f"{self._prefix}{count // 2}")
+            need = (widest + typical) / 2 + self.GAP_PX
+        else:
+            need = metrics.height() + self.GAP_PX
         per_unit = length / count if count and length > 0 else need
         step = next(s for s in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if s * per_unit >= need or s == 1000)
         if step == self._step:
