@@ -10,48 +10,13 @@ from __future__ import annotations
 import os
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QPainter
-from PySide6.QtWidgets import QLabel, QSizePolicy, QStatusBar, QToolButton, QWidget
+from PySide6.QtWidgets import QLabel, QStatusBar, QToolButton, QWidget
 
 from . import theme
+from .panels.elided_label import ElidedLabel
 
 STATUS_KEYS = ("activity", "model", "trained", "device", "dtype", "params", "memory")
 ELIDED_KEYS = ("activity", "model", "memory")  # long texts that give way in a narrow window
-
-
-class ElidedLabel(QLabel):
-    """A one-line label that may shrink below its text: it then ends in '…' and the full
-    text is its tooltip. Why: the status bar's labels otherwise set the window's minimum width
-    (a 900-pixel window grew to 1,033 to fit them)."""
-
-    MIN_WIDTH = 48
-
-    def __init__(self, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
-        self._tip = ""
-
-    def setToolTip(self, tip: str) -> None:  # noqa: N802 - Qt override
-        self._tip = tip
-        super().setToolTip(tip)
-
-    def minimumSizeHint(self):  # noqa: N802 - Qt override
-        hint = super().minimumSizeHint()
-        hint.setWidth(min(hint.width(), self.MIN_WIDTH))
-        return hint
-
-    def is_elided(self) -> bool:
-        return self.fontMetrics().horizontalAdvance(self.text()) > self.contentsRect().width()
-
-    def paintEvent(self, event) -> None:  # noqa: N802 - Qt override
-        if not self.is_elided():
-            super().paintEvent(event)
-            return
-        painter = QPainter(self)
-        rect = self.contentsRect()
-        elided = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, rect.width())
-        painter.drawText(rect, int(Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft), elided)
-        super(QLabel, self).setToolTip(self.text() if not self._tip else f"{self.text()}\n{self._tip}")
 
 
 def rss_bytes() -> int:

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (QComboBox, QGridLayout, QHBoxLayout, QLabel, QMen
 
 from .census_table import CensusTable
 from .distribution_chart import DistributionChart
+from .elided_label import ElidedLabel
 from .layer_bars import LayerBars
 from .token_stream import format_prob, visible_token
 from .value_heatmap import ValueHeatmap
@@ -109,7 +110,8 @@ class AttributionPanel(QWidget):
         self.mode.setToolTip("What an ablated head or MLP outputs: nothing (zero), or its mean over the sample "
                              "prompts' positions (mean). The ablation applies to every panel.")
         self.mode.currentTextChanged.connect(self.modeChanged)
-        self.ablation_label = QLabel("nothing ablated")
+        self.ablation_label = ElidedLabel()
+        self.ablation_label.setText("nothing ablated")
         self.reset_button = QPushButton("Reset ablation")
         self.reset_button.setEnabled(False)
         self.reset_button.clicked.connect(self.resetRequested)
@@ -121,7 +123,7 @@ class AttributionPanel(QWidget):
             for fmt in ("csv", "png"):
                 menu.addAction(f"{title} as {fmt.upper()}…", lambda k=key, f=fmt: self.exportRequested.emit(k, f))
         self.export_button.setMenu(menu)
-        self.status_label = QLabel("")
+        self.status_label = ElidedLabel()  # hover read-outs are long: elided, never widening the window
         self.status_label.setTextFormat(Qt.TextFormat.RichText)
         self.message = QLabel("")
         self.message.setWordWrap(True)
@@ -133,8 +135,7 @@ class AttributionPanel(QWidget):
             pickers.addWidget(widget)
         pickers.addWidget(self.ablation_label)
         pickers.addWidget(self.reset_button)
-        pickers.addStretch(1)
-        pickers.addWidget(self.status_label)
+        pickers.addWidget(self.status_label, 1)
         pickers.addWidget(self.export_button)
 
         # -- attribution tab
