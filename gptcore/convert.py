@@ -7,6 +7,7 @@ copied here beyond the transposes' views: loading fills the model with `assign=T
 from __future__ import annotations
 
 import re
+from itertools import accumulate
 from typing import Mapping
 
 import torch
@@ -223,25 +224,58 @@ def convert_llama_state_dict(state: Mapping[str, torch.Tensor]) -> dict[str, tor
             qkv_parts.setdefault((index, kind), {})[inner] = (key, tensor)
         else:
             out[key] = tensor
-    for (index, kind), parts in qkv_parts.items():
-        if len(parts) == len(LLAMA_QKV) and len({t.shape[1:] for _, t in parts.values()}) == 1:
-            stacked = _stack_rows([parts[name][1] for name in LLAMA_QKV])  # (C + 2·nkv·hs[, C])
-            out[f"blocks.{index}.attn.c_attn.{kind}"] = stacked
-        else:
+    complete = {group: [parts[name][1] for name in LLAMA_QKV] for group, parts in qkv_parts.items()
+                if len(parts) == len(LLAMA_QKV) and len({t.shape[1:] for _, t in parts.values()}) == 1}
+    stacked = _stack_rows_each(list(complete.values()))  # (C + 2·nkv·hs[, C]) each
+    for ((index, kind), _), tensor in zip(complete.items(), stacked):
+        out[f"blocks.{index}.attn.c_attn.{kind}"] = tensor
+    for group, parts in qkv_parts.items():
+        if group not in complete:
             out.update(dict(parts.values()))
     return out
 
 
-def _stack_rows(parts: list[torch.Tensor]) -> torch.Tensor:
-    """`torch.cat(parts, dim=0)`, through numpy for contiguous CPU tensors of one dtype. Why: on
-    a busy machine torch's copy wakes its whole thread pool for each call; measured on SmolLM2's
-    30 layers of memory-mapped q/k/v (2.2 MB each), torch.cat took 58 ms a layer, numpy 2 ms.
-    The bytes are concatenated, so any dtype (bf16 included, which numpy lacks) works."""
-    first = parts[0]
-    if not all(p.device.type == "cpu" and p.is_contiguous() and p.dtype == first.dtype
-               and p.shape[1:] == first.shape[1:] for p in parts):
-        return torch.cat(parts, dim=0)
+def _stack_rows_each(groups: list[list[torch.Tensor]]) -> list[torch.Tensor]:
+    """`torch.cat(parts, dim=0)` for each group, copied by numpy into one fresh buffer when every
+    part is a contiguous CPU tensor and each group has one dtype. Why numpy: on a busy machine
+    torch's copy wakes its whole thread pool for each call (SmolLM2's 30 layers of mapped q/k/v,
+    2.2 MB each: torch.cat 58 ms a layer, numpy 2 ms). Why one buffer: first touching 66 MB of
+    fresh 4 KB pages cost ~16,000 page faults (~45 ms, a third of the whole load); one buffer
+    can take 2 MB pages (`_fresh_cpu_bytes`), ~360 faults. Bytes are copied, so any dtype works."""
+    simple = all(p.device.type == "cpu" and p.is_contiguous() and p.dtype == parts[0].dtype
+                 and p.shape[1:] == parts[0].shape[1:] for parts in groups for p in parts)
+    if not simple:
+        return [torch.cat(parts, dim=0) for parts in groups]
     import numpy as np
 
-    raw = np.concatenate([p.reshape(-1).view(torch.uint8).numpy() for p in parts])  # the bytes, in order
-    return torch.from_numpy(raw).view(first.dtype).reshape(-1, *first.shape[1:])
+    sizes = [sum(p.nbytes for p in parts) for parts in groups]
+    padded = [-(-size // _ALIGN) * _ALIGN for size in sizes]
+    starts = [0, *accumulate(padded)][:len(groups)]  # each group starts 64-byte aligned
+    buffer = _fresh_cpu_bytes(sum(padded))
+    out = []
+    for parts, start, size in zip(groups, starts, sizes):
+        dst = buffer[start:start + size]
+        np.concatenate([p.reshape(-1).view(torch.uint8).numpy() for p in parts], out=dst.numpy())  # bytes in order
+        out.append(dst.view(parts[0].dtype).reshape(-1, *parts[0].shape[1:]))
+    return out
+
+
+_ALIGN = 64  # bytes: any dtype's view of a group starts aligned, whatever the groups before it held
+
+
+def _fresh_cpu_bytes(nbytes: int) -> torch.Tensor:
+    """`torch.empty(nbytes, dtype=uint8)`, but on Linux an anonymous mapping marked for transparent
+    huge pages (THP "madvise" mode, the common default, gives them only to regions that ask), so
+    filling it faults once per 2 MB rather than once per 4 KB. Anywhere that is unavailable, or
+    for a small buffer, the plain allocation."""
+    import mmap
+
+    hugepage = getattr(mmap, "MADV_HUGEPAGE", None)
+    if hugepage is None or nbytes < (4 << 20):
+        return torch.empty(nbytes, dtype=torch.uint8)
+    try:
+        region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        region.madvise(hugepage)
+    except (OSError, ValueError, AttributeError):
+        return torch.empty(nbytes, dtype=torch.uint8)
+    return torch.frombuffer(region, dtype=torch.uint8)  # the tensor keeps the mapping alive
