@@ -11,6 +11,7 @@ services then log instead of drawing.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -81,14 +82,10 @@ class PanelContext:
 
     def file_path(self, name: str) -> str:
         """`name` in the folder the user last opened or saved in (home the first time), for a file dialog."""
-        import os
-
         folder = self.settings.value("last_dir", "") if self.settings is not None else ""
         return os.path.join(str(folder) if folder and os.path.isdir(str(folder)) else os.path.expanduser("~"), name)
 
     def remember_folder_of(self, path: str) -> None:
-        import os
-
         if self.settings is not None and path:
             self.settings.setValue("last_dir", os.path.dirname(os.path.abspath(path)))
 

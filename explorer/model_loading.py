@@ -13,7 +13,6 @@ dialog for loads that take longer than half a second, and failures as the error 
 """
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QTimer
@@ -150,17 +149,15 @@ class ModelLoading:
 
     # -- choosing what to load -----------------------------------------------------------------------
     def _open_file(self) -> None:
-        start = self.settings.value("last_dir", os.path.expanduser("~"))
-        path, _ = QFileDialog.getOpenFileName(self, "Open checkpoint file", start, CHECKPOINT_FILTER)
+        path, _ = QFileDialog.getOpenFileName(self, "Open checkpoint file", self.ctx.file_path(""), CHECKPOINT_FILTER)
         if path:
-            self.settings.setValue("last_dir", os.path.dirname(path))
+            self.ctx.remember_folder_of(path)
             self.load_model(path)
 
     def _open_folder(self) -> None:
-        start = self.settings.value("last_dir", os.path.expanduser("~"))
-        path = QFileDialog.getExistingDirectory(self, "Open checkpoint folder", start)
+        path = QFileDialog.getExistingDirectory(self, "Open checkpoint folder", self.ctx.file_path(""))
         if path:
-            self.settings.setValue("last_dir", os.path.dirname(path))
+            self.ctx.remember_folder_of(path)
             self.load_model(path)
 
     def _banner_link(self, link: str) -> None:

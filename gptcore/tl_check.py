@@ -30,13 +30,15 @@ TARGET, CONTRAST = 7, 31
 TOLERANCE = 1e-4
 
 
-def _random_hf(transformers):
-    cfg = transformers.GPT2Config(**SHAPE, bos_token_id=50256, eos_token_id=50256, attn_implementation="eager",
+def random_hf_gpt2(transformers, shape: dict, seed: int = 0, eot: int = 50256):
+    """A GPT2LMHeadModel (eager attention, no dropout) with every weight re-drawn: HF's init leaves
+    norms at 1/0 and biases at 0, which would hide a mistake in either. Also the tests' oracle."""
+    cfg = transformers.GPT2Config(**shape, bos_token_id=eot, eos_token_id=eot, attn_implementation="eager",
                                   resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     hf = transformers.GPT2LMHeadModel(cfg).eval()
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():  # HF's init leaves norms at 1/0 and biases at 0: re-draw everything
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
         for name, p in hf.named_parameters():
             if ".ln_" in name and name.endswith("weight"):
                 p.copy_(1 + 0.3 * torch.randn(p.shape, generator=gen))
@@ -91,7 +93,7 @@ def run_check() -> dict:
     from importlib.metadata import version
 
     out: dict = dict(transformer_lens_version=version("transformer-lens"))
-    hf = _random_hf(transformers)
+    hf = random_hf_gpt2(transformers, SHAPE)
     with tempfile.TemporaryDirectory(prefix="gptcore-tl-") as tmp:
         hf.save_pretrained(Path(tmp) / "model")
         ours, _ = load(str(Path(tmp) / "model"), device="cpu")

@@ -115,12 +115,7 @@ class ConfigController(PanelController):
 
     def _tokenizer_ids(self) -> int:
         session = self.ctx.session
-        if session is None:
-            return GPT2_VOCAB
-        try:
-            return int(session.tokenizer.n_vocab)
-        except Exception:  # noqa: BLE001 - no usable tokenizer: nothing to compare against
-            return GPT2_VOCAB
+        return GPT2_VOCAB if session is None else session.tokenizer_vocab
 
     def on_preset(self, name: str) -> None:
         self.show_config(GPTConfig.preset(name))

@@ -2,7 +2,6 @@
 trained, and for a model without a tokenizer."""
 from __future__ import annotations
 
-import pytest
 from PySide6.QtCore import QSettings
 
 from explorer.main_window import MainWindow

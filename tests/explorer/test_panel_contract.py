@@ -157,13 +157,19 @@ def test_attention_clears_the_old_models_maps_then_draws_the_new_ones(qtbot, win
     _quiet(qtbot, window.runner)
 
 
-def test_generation_says_which_model_wrote_the_text_and_drops_the_old_bars(qtbot, window):
+def _generated(qtbot, window, tokens: int):
+    """The generation pane after a greedy run of `tokens` tokens, settled."""
     pane = window.show_panel("generation").controller
     qtbot.waitUntil(lambda: pane.logits is not None, timeout=WAIT_MS)
-    pane.view.set_settings(max_new_tokens=4, temperature=0.0)
+    pane.view.set_settings(max_new_tokens=tokens, temperature=0.0)
     with qtbot.waitSignal(pane.generationFinished, timeout=WAIT_MS):
         assert pane.start_generation()
     _quiet(qtbot, window.runner)
+    return pane
+
+
+def test_generation_says_which_model_wrote_the_text_and_drops_the_old_bars(qtbot, window):
+    pane = _generated(qtbot, window, 4)
     old_name = window.session.info.name
     _swap_model(window)
     status = pane.view.stream_status.text()
@@ -226,12 +232,7 @@ def test_config_shows_the_new_models_config_after_a_change(qtbot, window):
 
 
 def test_generation_text_after_a_settings_change_is_marked_without_blaming_the_model(qtbot, window):
-    pane = window.show_panel("generation").controller
-    qtbot.waitUntil(lambda: pane.logits is not None, timeout=WAIT_MS)
-    pane.view.set_settings(max_new_tokens=3, temperature=0.0)
-    with qtbot.waitSignal(pane.generationFinished, timeout=WAIT_MS):
-        assert pane.start_generation()
-    _quiet(qtbot, window.runner)
+    pane = _generated(qtbot, window, 3)
     window.panel("generation").on_settings_changed()  # what an ablation change sends every panel
     status = pane.view.stream_status.text()
     assert "before the settings changed" in status and "previous model" not in status

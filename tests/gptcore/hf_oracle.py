@@ -1,5 +1,5 @@
 """The reference for attribution and patching: HF's GPT2LMHeadModel with forward hooks of
-its own (no gptcore code), on random weights saved with `save_pretrained`; our model is
+its own (no gptcore model code; the random-weights builder is shared with gptcore.tl_check), on random weights saved with `save_pretrained`; our model is
 loaded from that folder with `gptcore.load`, the way a user would load a real checkpoint.
 
 HF's init leaves LayerNorms at 1/0 and biases at 0, which would hide a wrong bias or norm
@@ -11,24 +11,15 @@ import contextlib
 
 import torch
 
+from gptcore.tl_check import random_hf_gpt2
+
 transformers = __import__("transformers")
 
 SHAPE = dict(vocab_size=101, n_positions=32, n_embd=48, n_layer=3, n_head=4)
 
 
 def random_hf(seed: int = 0, **overrides):
-    cfg = transformers.GPT2Config(**{**SHAPE, **overrides}, bos_token_id=0, eos_token_id=0,
-                                  attn_implementation="eager", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    torch.manual_seed(seed)
-    hf = transformers.GPT2LMHeadModel(cfg).eval()
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            if ".ln_" in name and name.endswith("weight"):
-                p.copy_(1 + 0.3 * torch.randn(p.shape, generator=gen))
-            else:
-                p.copy_(0.2 * torch.randn(p.shape, generator=gen))
-    return hf
+    return random_hf_gpt2(transformers, {**SHAPE, **overrides}, seed, eot=0)
 
 
 def saved_pair(tmp_path, seed: int = 0, **overrides):
