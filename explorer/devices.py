@@ -11,11 +11,14 @@ import os
 import torch
 
 from gptcore.config import GPTConfig
+from gptcore.errors import UserError
 from gptcore.params import count_parameters, format_bytes
 
 
-class BuildRefused(ValueError):
+class BuildRefused(UserError):
     """A build that would not fit in memory; the message carries the estimate."""
+
+    title = "Model too large to build"
 
 
 def resolve_device(device: str | torch.device | None = None) -> torch.device:

@@ -6,7 +6,10 @@ dialog shows. Tracebacks go to the log file, never into the dialog.
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass
+
+from gptcore.errors import Cancelled, UserError
 
 log = logging.getLogger("explorer")
 
@@ -61,18 +64,17 @@ def explain(exc: BaseException | str, log_path: str | None = None) -> Explanatio
         return Explanation("Error", exc)
     text = str(exc).strip() or type(exc).__name__
     name = type(exc).__name__
+    if isinstance(exc, Cancelled):  # not a failure; callers normally say nothing at all
+        return Explanation("Cancelled", text, input_problem=True)
     if _is_cuda_oom(exc):
         first = text.splitlines()[0]
         return Explanation("Out of GPU memory", f"The GPU ran out of memory ({first}).\n\n{OOM_ADVICE}")
     if isinstance(exc, MemoryError):
         return Explanation("Out of memory", f"The computer ran out of memory.\n\n{OOM_ADVICE}")
-    if name == "BuildRefused":
-        return Explanation("Model too large to build", text, input_problem=True)
-    if name == "ConfigError":
-        return Explanation("Invalid config", text, input_problem=True)
-    if name == "LoadError":
-        return Explanation("Could not load the model", text, input_problem=True)
-    if name == "TokenizerError":
+    if isinstance(exc, UserError):  # ConfigError, LoadError, BuildRefused… each names its kind
+        return Explanation(exc.title, text, input_problem=True)
+    tokenizer = sys.modules.get("gptcore.tokenizer")  # not imported: exc cannot be one of its errors
+    if tokenizer is not None and isinstance(exc, tokenizer.TokenizerError):
         return Explanation("Tokenizer problem", text)
     if isinstance(exc, OSError) and getattr(exc, "filename", None):  # the disk said no: not a bug of ours
         reason = exc.strerror or text

@@ -19,13 +19,12 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QFileDialog, QProgressDialog
 
 from .errors import log_exception
-from .workers import MODEL_TASK, Cancelled
+from gptcore.errors import is_cancellation as _cancelled
+
+from .workers import MODEL_TASK
 
 if TYPE_CHECKING:
     from .session import Session
-
-def _cancelled(exc: BaseException) -> bool:
-    return isinstance(exc, Cancelled) or type(exc).__name__ == "LoadCancelled"
 
 
 CHECKPOINT_FILTER = "Checkpoints (*.safetensors *.pt *.pth *.bin *.ckpt);;All files (*)"
@@ -101,7 +100,7 @@ class ModelLoading:
         """Try to fetch GPT-2 small; failure (offline) is a status message, not a dialog: the
         untrained stand-in is already loaded and its banner says how to get real weights."""
         def failed(exc: BaseException) -> None:
-            if not isinstance(exc, Cancelled):
+            if not _cancelled(exc):
                 log_exception("Downloading GPT-2 small", exc)
                 self.show_message(f"GPT-2 small could not be downloaded: {str(exc).splitlines()[0]}", 15000)
 

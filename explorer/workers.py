@@ -42,6 +42,8 @@ from typing import Any, Callable
 import shiboken6
 from PySide6.QtCore import QObject, Signal, Slot
 
+from gptcore import errors as gptcore_errors
+
 log = logging.getLogger("explorer.workers")
 
 ProgressFn = Callable[[int, int, str], None]  # (done, total, message); safe from the worker thread
@@ -56,8 +58,9 @@ def live_runners() -> list["TaskRunner"]:
     return [r for r in list(_live_runners) if shiboken6.isValid(r)]
 
 
-class Cancelled(Exception):
-    """Raised inside a task when its token was cancelled; not reported as an error."""
+class Cancelled(gptcore_errors.Cancelled):
+    """Raised inside a task when its token was cancelled; not reported as an error (a
+    gptcore `Cancelled`, so one isinstance test recognises every cancellation)."""
 
 
 class CancelToken:
@@ -79,11 +82,6 @@ class CancelToken:
 
     def __call__(self) -> bool:  # lets gptcore functions take the token as a `cancel()` predicate
         return self._event.is_set()
-
-
-def _is_cancellation(exc: BaseException) -> bool:
-    """gptcore raises its own `...Cancelled` errors when a cancel() predicate turns true."""
-    return any(cls.__name__.endswith("Cancelled") for cls in type(exc).__mro__)
 
 
 @dataclass
@@ -219,8 +217,8 @@ class _ComputeThread:
         except Cancelled:
             pass
         except BaseException as exc:  # noqa: BLE001 - every failure must reach the GUI, never kill the thread
-            if task.token.cancelled and _is_cancellation(exc):
-                pass  # a library's own "cancelled" exception after our token was set
+            if task.token.cancelled and gptcore_errors.is_cancellation(exc):
+                pass  # gptcore's own cancellation (a load, a probe) after our token was set
             else:
                 self._emit("_errored", tid, exc)
         else:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from .errors import UserError
+
 # Beyond these the model could not be built on any machine a user of this tool has;
 # they exist to turn a typo (an extra zero or three) into a message, not an OOM.
 MAX_VOCAB = 1_000_000
@@ -26,8 +28,10 @@ MAX_ROPE_THETA = 1e9
 GPT2_VOCAB = 50257  # ids of the GPT-2 tokenizer; a larger model vocab is padding (nanoGPT: 50304)
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A config value that cannot build a model; `field` names the offending field."""
+
+    title = "Invalid config"
 
     def __init__(self, field_name: str, message: str):
         super().__init__(f"{field_name}: {message}")

@@ -13,6 +13,7 @@ from typing import Mapping
 import torch
 
 from .config import GPTConfig
+from .errors import UserError
 
 # HF GPT-2 (also nanoGPT's) inner name -> ours. Applied to the part after the prefix.
 _TOP_LEVEL = {
@@ -41,8 +42,10 @@ _OURS = re.compile(
 )
 
 
-class ConversionError(ValueError):
+class ConversionError(UserError):
     """Keys or shapes that cannot be a GPT-2 checkpoint; the message lists them."""
+
+    title = "Not a checkpoint this app can read"
 
 
 def strip_prefixes(key: str) -> str:

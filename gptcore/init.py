@@ -27,6 +27,8 @@ import math
 import torch
 from torch import nn
 
+from .errors import Cancelled
+
 GPT2_STD = 0.02
 INIT_SCHEMES = ("gpt2", "gpt2-unscaled", "pytorch-default", "xavier-uniform", "xavier-normal", "kaiming-normal")
 RESIDUAL_PROJECTIONS = ("attn.c_proj", "mlp.c_proj")
@@ -72,7 +74,7 @@ def _draw(param: torch.Tensor, gen: torch.Generator, *, std: float = 0.0, bound:
             _fill(param, target)
 
 
-class InitCancelled(RuntimeError):
+class InitCancelled(Cancelled, RuntimeError):
     """`cancel()` turned true between two modules: the model is half drawn, throw it away."""
 
 

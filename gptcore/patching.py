@@ -29,6 +29,7 @@ from typing import Callable
 import torch
 
 from .attribution import check_residual_model
+from .errors import Cancelled
 from .targets import Ids, as_ids, check_answer, logit_difference
 
 Progress = Callable[[int, int], None]  # (cells done, cells in all)
@@ -36,7 +37,7 @@ Cancel = Callable[[], bool]  # True -> stop at the next batch
 DEFAULT_BATCH_TOKENS = 4096  # rows × tokens per forward: bounds memory for long prompts
 
 
-class PatchingCancelled(Exception):
+class PatchingCancelled(Cancelled):
     """Raised between batches when `cancel()` returned True."""
 
 

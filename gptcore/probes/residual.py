@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ..config import ConfigError, GPTConfig
+from ..errors import Cancelled
 from ..init import INIT_SCHEMES, init_weights
 
 METRICS = ("l2", "rms")
@@ -34,7 +35,7 @@ CancelFn = Callable[[], bool]  # True once the user asked to stop
 TOKEN_SEED_SALT = 0x5EED  # random prompts use a stream of their own, apart from the weights'
 
 
-class ProbeCancelled(Exception):
+class ProbeCancelled(Cancelled):
     """Raised between two steps when `cancel()` returned True; the partial work is dropped."""
 
 

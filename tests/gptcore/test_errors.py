@@ -1,0 +1,82 @@
+"""The error hierarchy: every stop-on-request exception is a `Cancelled`, every diagnosed
+input problem a `UserError`, and the app classifies by type (subclasses included), never by name."""
+from __future__ import annotations
+
+import pytest
+
+from gptcore.errors import Cancelled, UserError, is_cancellation, is_user_error
+
+
+def _cancel_classes():
+    from gptcore.checkpoints import LoadCancelled
+    from gptcore.init import InitCancelled
+    from gptcore.patching import PatchingCancelled
+    from gptcore.probes.residual import ProbeCancelled
+    from explorer.workers import Cancelled as TaskCancelled
+
+    return [LoadCancelled, InitCancelled, PatchingCancelled, ProbeCancelled, TaskCancelled]
+
+
+def _user_error_classes():
+    from gptcore.checkpoints import LoadError
+    from gptcore.config import ConfigError
+    from gptcore.convert import ConversionError
+    from explorer.devices import BuildRefused
+
+    return [LoadError, ConfigError, ConversionError, BuildRefused]
+
+
+@pytest.mark.parametrize("cls", _cancel_classes(), ids=lambda c: c.__name__)
+def test_every_cancellation_is_a_cancelled(cls):
+    assert issubclass(cls, Cancelled)
+    assert is_cancellation(cls("stop")) and not is_user_error(cls("stop"))
+
+
+@pytest.mark.parametrize("cls", _user_error_classes(), ids=lambda c: c.__name__)
+def test_every_diagnosed_input_problem_is_a_user_error(cls):
+    assert issubclass(cls, UserError) and issubclass(cls, ValueError)  # old `except ValueError` still holds
+    assert cls.title and cls.title != UserError.title  # each names its kind of problem
+
+
+def test_explain_classifies_subclasses_by_type_not_name():
+    from explorer.errors import explain
+    from gptcore.config import ConfigError
+
+    class RenamedConfigProblem(ConfigError):  # a name-string rule would miss this one
+        pass
+
+    expl = explain(RenamedConfigProblem("n_head", "n_head must divide n_embd; pick 4"))
+    assert expl.title == "Invalid config" and expl.input_problem
+    assert "pick 4" in expl.message
+
+
+def test_a_cancelled_load_is_cancelled_first():
+    from gptcore.checkpoints import LoadCancelled, LoadError
+
+    exc = LoadCancelled("cancelled")
+    assert isinstance(exc, LoadError)  # callers catching LoadError still catch it
+    assert is_cancellation(exc) and not is_user_error(exc)
+
+
+def test_the_app_quietly_ends_a_task_raising_a_subclassed_cancellation(qtbot):
+    from explorer.workers import TaskRunner
+    from gptcore.probes.residual import ProbeCancelled
+
+    class MyStop(ProbeCancelled):
+        pass
+
+    runner = TaskRunner()
+    errors, failed = [], []
+    runner.taskFailed.connect(lambda key, exc: failed.append(exc))
+
+    def work(token, _progress):
+        token.cancel()
+        raise MyStop("stopped")
+
+    try:
+        with qtbot.waitSignal(runner.busyChanged, timeout=5000, check_params_cb=lambda busy: not busy):
+            runner.submit("k", work, on_error=errors.append)
+    finally:
+        runner.wait_all(2000)
+        runner.deleteLater()
+    assert errors == [] and failed == []
