@@ -14,11 +14,11 @@ One run, the same random GPT-2-small weights and the same prompts on both sides:
 - recount: `count_parameters` on gpt2-xl (config built and validated too), in ms,
   next to HF's way of counting (build on the meta device, sum numel). Target <= 5 ms.
 - patch_heads: activation patching of every head (GPT-2 small: 144) on a 15-token prompt,
-  batched `patch_heads` vs one hooked forward per head; see bench_patching.py. Target ratio
-  <= 0.3 and patch_heads_s <= 5 s. `--tl-python PATH` also runs `gptcore.tl_check` (DLA,
+  batched `patch_heads` vs one hooked forward per head; see benches/patching.py. Target ratio
+  <= 0.3 and patch_heads_s <= 5 s. `--tl-python PATH` also runs `gptcore.benches.tl_check` (DLA,
   patching and census against TransformerLens 4.x) in that interpreter.
 - smollm2_load, smollm2_decode: the same load and decode comparisons on a SmolLM2-135M-shaped
-  Llama (rotary, RMSNorm, SwiGLU, grouped-query); see bench_smollm2.py.
+  Llama (rotary, RMSNorm, SwiGLU, grouped-query); see benches/smollm2.py.
 
 Each figure is the median of several runs after a warm-up, our runs and HF's
 interleaved so that other load on the machine falls on both sides alike. `--quick` uses a tiny model so
@@ -28,20 +28,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
-from . import bench_patching, bench_smollm2
-from .bench_patching import TARGETS as PATCHING_TARGETS
-from .bench_smollm2 import TARGETS as SMOLLM2_TARGETS
-from .config import GPTConfig
-from .params import count_parameters
+from ..config import GPTConfig
+from ..params import count_parameters
+from . import patching as bench_patching
+from . import smollm2 as bench_smollm2
+from .patching import TARGETS as PATCHING_TARGETS
+from .smollm2 import TARGETS as SMOLLM2_TARGETS
+from .timing import cpu_name, timed, timed_pair
 
 GPT2_SMALL = dict(vocab_size=50257, n_positions=1024, n_layer=12, n_head=12, n_embd=768)
 TINY = dict(vocab_size=1000, n_positions=128, n_layer=2, n_head=4, n_embd=64)
@@ -65,51 +65,11 @@ FULL = Plan(GPT2_SMALL, capture_tokens=64, prompt_tokens=16, new_tokens=128, run
 QUICK = Plan(TINY, capture_tokens=16, prompt_tokens=4, new_tokens=8, runs=2, decode_runs=1, patch_tokens=6, patch_runs=1)
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
-
-
-def timed(fn: Callable[[], object], runs: int, device: torch.device, warmup: int = 1) -> tuple[float, list[float]]:
-    """Median seconds of `runs` calls after `warmup` untimed ones (caches, allocator, JIT)."""
-    for _ in range(warmup):
-        fn()
-    _sync(device)
-    samples = []
-    for _ in range(runs):
-        samples.append(_once(fn, device))
-    return statistics.median(samples), samples
-
-
-def timed_pair(ours: Callable[[], object], ref: Callable[[], object], runs: int, device: torch.device,
-               warmup: int = 1) -> tuple[float, float, list[float], list[float]]:
-    """Medians of both sides, their runs interleaved (ours, ref, ours, ref, ...) so that a
-    change in machine load in the middle of the bench hits both sides alike."""
-    for _ in range(warmup):
-        ours()
-        ref()
-    _sync(device)
-    ours_all, ref_all = [], []
-    for _ in range(runs):
-        ours_all.append(_once(ours, device))
-        ref_all.append(_once(ref, device))
-    return statistics.median(ours_all), statistics.median(ref_all), ours_all, ref_all
-
-
-def _once(fn: Callable[[], object], device: torch.device) -> float:
-    start = time.perf_counter()
-    fn()
-    _sync(device)
-    return time.perf_counter() - start
-
-
 def _hf_pair(shape: dict, device: torch.device):
     """HF GPT2LMHeadModel with random weights (seeded) and our GPT holding the same ones."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from .convert import from_hf_state_dict
+    from ..convert import from_hf_state_dict
 
     hf_config = GPT2Config(**shape, bos_token_id=0, eos_token_id=0, attn_implementation="eager")
     torch.manual_seed(0)
@@ -152,7 +112,7 @@ def bench_forward_capture(hf, ours, ids: torch.Tensor, plan: Plan, device) -> di
 def bench_decode(hf, ours, prompt: torch.Tensor, plan: Plan, device) -> dict:
     from transformers import GenerationConfig
 
-    from .generation import generate
+    from ..generation import generate
 
     n = plan.new_tokens
     config = GenerationConfig(do_sample=False, max_new_tokens=n, min_new_tokens=0, eos_token_id=None,
@@ -177,7 +137,7 @@ def bench_decode(hf, ours, prompt: torch.Tensor, plan: Plan, device) -> dict:
 def bench_load(hf, plan: Plan, device) -> dict:
     from transformers import GPT2LMHeadModel
 
-    from .loading import load
+    from ..loading import load
 
     with tempfile.TemporaryDirectory(prefix="gptcore-bench-") as folder:
         hf.to("cpu").save_pretrained(folder)
@@ -217,13 +177,13 @@ def run_bench(quick: bool = False, device: torch.device | None = None, progress=
     import transformers
     import transformers.utils.logging
 
-    from .loading import default_device
+    from ..loading import default_device
 
     transformers.utils.logging.disable_progress_bar()  # its bars would interleave with ours
     plan = QUICK if quick else FULL
     device = torch.device(device) if device is not None else default_device()
     say = progress or (lambda message: None)
-    result = dict(device=str(device), torch_threads=torch.get_num_threads(), torch_version=torch.__version__,
+    result = dict(device=str(device), cpu=cpu_name(), torch_threads=torch.get_num_threads(), torch_version=torch.__version__,
                   transformers_version=transformers.__version__, quick=quick, shape=dict(plan.shape),
                   runs=plan.runs, decode_runs=plan.decode_runs, warmup=1)
     say(f"building {'a tiny model' if quick else 'GPT-2 small'} (random weights) on {device}")
@@ -270,7 +230,7 @@ def format_table(r: dict) -> str:
     lines = [
         f"{'tiny model (--quick: timings mean nothing)' if r['quick'] else 'GPT-2 small shape'}: "
         f"{shape['n_layer']} layers, width {shape['n_embd']}, vocab {shape['vocab_size']}; random weights",
-        f"device {r['device']}, {r['torch_threads']} torch threads, torch {r['torch_version']}, "
+        f"device {r['device']} ({r.get('cpu', 'CPU not recorded')}), {r['torch_threads']} torch threads, torch {r['torch_version']}, "
         f"transformers {r['transformers_version']}; median of {r['runs']} runs ({r['decode_runs']} for decode), ours and HF interleaved, after 1 warm-up",
         "",
         f"{'name':<16}{'ours':>14}{'reference':>14}{'ratio':>9}   target",

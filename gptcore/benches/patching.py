@@ -5,7 +5,7 @@
   corrupted prompt per head (the same hook points, only the last position's logits). Both
   maps are compared before anything is timed; runs interleaved. Target: ratio <= 0.3 and
   patch_heads_s <= 5 s.
-- tl_*: `python -m gptcore.tl_check --json` run by another Python (one with transformer-lens,
+- tl_*: `python -m gptcore.benches.tl_check --json` run by another Python (one with transformer-lens,
   which is not a dependency of ours), with this checkout first on its path.
 """
 from __future__ import annotations
@@ -40,8 +40,8 @@ def naive_patch_heads(model, clean: torch.Tensor, corrupt: torch.Tensor, target:
 
 
 def bench_patch_heads(ours, shape: dict, tokens: int, runs: int, device, timed_pair) -> dict:
-    """patch_heads_* figures; `timed_pair` is bench.timed_pair (interleaved medians)."""
-    from .patching import patch_heads
+    """patch_heads_* figures; `timed_pair` is timing.timed_pair (interleaved medians)."""
+    from ..patching import patch_heads
 
     g = torch.Generator().manual_seed(2)
     V = shape["vocab_size"]
@@ -66,15 +66,15 @@ def bench_patch_heads(ours, shape: dict, tokens: int, runs: int, device, timed_p
 
 
 def run_tl_check(python: str, quick: bool) -> dict:
-    """tl_* figures from `python -m gptcore.tl_check --json` run by `python`."""
+    """tl_* figures from `python -m gptcore.benches.tl_check --json` run by `python`."""
     import os
     import subprocess
     from pathlib import Path
 
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])  # the checkout holding gptcore/
     env = {**os.environ, "HF_HUB_OFFLINE": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    cmd = [python, "-m", "gptcore.tl_check", "--json"] + (["--quick"] if quick else [])
+    cmd = [python, "-m", "gptcore.benches.tl_check", "--json"] + (["--quick"] if quick else [])
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         return dict(tl_check_error=(done.stderr or done.stdout).strip().splitlines()[-1:])

@@ -25,11 +25,11 @@ TARGETS = {"smollm2_load": ("<=", 1.0), "smollm2_decode": (">=", 1.0)}
 
 
 def bench_smollm2(quick: bool, device: torch.device, timed_pair, say=lambda message: None) -> dict:
-    """All smollm2_* figures (a flat dict). `timed_pair` is bench.timed_pair (interleaved medians)."""
+    """All smollm2_* figures (a flat dict). `timed_pair` is timing.timed_pair (interleaved medians)."""
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-    from .generation import generate
-    from .loading import load
+    from ..generation import generate
+    from ..loading import load
 
     shape = TINY_LLAMA if quick else SMOLLM2_135M
     load_runs, decode_runs = (2, 1) if quick else (7, 3)
@@ -81,7 +81,7 @@ def bench_smollm2(quick: bool, device: torch.device, timed_pair, say=lambda mess
 
 
 def table_rows(r: dict) -> list[tuple]:
-    """(name, ours, reference, ratio, judged value) rows for bench.format_table."""
+    """(name, ours, reference, ratio, judged value) rows for hf_compare.format_table."""
     return [
         ("smollm2_load", f"{r['smollm2_load_s_ours']:.3f} s", f"{r['smollm2_load_s_ref']:.3f} s",
          r["smollm2_load_ratio"], r["smollm2_load_ratio"]),

@@ -1,4 +1,4 @@
-"""`python -m gptcore.tl_check [--json]`: DLA, patching and the head census against
+"""`python -m gptcore.benches.tl_check [--json]`: DLA, patching and the head census against
 TransformerLens 4.x, on the same random GPT-2 weights.
 
 Why a script and not a test: transformer-lens 4.3 pulls ~35 packages (pandas, pyarrow,
@@ -84,10 +84,10 @@ def run_check() -> dict:
                                                 get_previous_token_head_detection_pattern)
     from transformer_lens.model_bridge import TransformerBridge
 
-    from .attribution import direct_logit_attribution
-    from .loading import load
-    from .patching import patch_all
-    from .probes.census import head_census
+    from ..attribution import direct_logit_attribution
+    from ..loading import load
+    from ..patching import patch_all
+    from ..probes.census import head_census
 
     transformers.utils.logging.disable_progress_bar()
     from importlib.metadata import version
@@ -145,7 +145,7 @@ def run_check() -> dict:
 
 def _census_row(model, row: torch.Tensor, kind: str) -> torch.Tensor:
     """Our census score of one sequence (the census proper averages a batch)."""
-    from .probes.census import detection_patterns, detection_score
+    from ..probes.census import detection_patterns, detection_score
 
     _, cache = model.run_with_cache(row[None], names_filter=lambda n: n.endswith("hook_pattern"), logits=None)
     d = detection_patterns(row)[kind]
@@ -154,7 +154,7 @@ def _census_row(model, row: torch.Tensor, kind: str) -> torch.Tensor:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gptcore.tl_check", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m gptcore.benches.tl_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--quick", action="store_true", help="accepted for the bench; the check is always small")
     args = parser.parse_args(argv)

@@ -1,5 +1,5 @@
 """The reference for attribution and patching: HF's GPT2LMHeadModel with forward hooks of
-its own (no gptcore model code; the random-weights builder is shared with gptcore.tl_check), on random weights saved with `save_pretrained`; our model is
+its own (no gptcore model code; the random-weights builder is shared with gptcore.benches.tl_check), on random weights saved with `save_pretrained`; our model is
 loaded from that folder with `gptcore.load`, the way a user would load a real checkpoint.
 
 HF's init leaves LayerNorms at 1/0 and biases at 0, which would hide a wrong bias or norm
@@ -11,7 +11,7 @@ import contextlib
 
 import torch
 
-from gptcore.tl_check import random_hf_gpt2
+from gptcore.benches.tl_check import random_hf_gpt2
 
 transformers = __import__("transformers")
 

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from gptcore import bench
+from gptcore.benches import hf_compare
 
 KEYS = ("forward_capture_ratio", "decode_ratio", "load_ratio", "recount_ms", "smollm2_load_ratio", "smollm2_decode_ratio",
         "patch_heads_ratio", "patch_heads_s")
@@ -55,7 +56,7 @@ def test_quick_bench_compares_the_same_computation(quick_json):
 
 
 def test_full_plan_is_smollm2_135m_shaped():
-    from gptcore.bench_smollm2 import SMOLLM2_135M
+    from gptcore.benches.smollm2 import SMOLLM2_135M
 
     assert SMOLLM2_135M == dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                                 num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
@@ -77,7 +78,7 @@ def test_table_names_every_row_with_a_target():
                                       intermediate_size=1536, vocab_size=49152),
                    smollm2_params=134_515_008, smollm2_params_ref=134_515_008, smollm2_logits_max_abs_diff=1e-6,
                    smollm2_decode_new_tokens=64, smollm2_decode_same_tokens=True, smollm2_attn_implementation_ref="sdpa")
-    table = bench.format_table(figures)
+    table = hf_compare.format_table(figures)
     lines = {line.split()[0]: line for line in table.splitlines() if line.strip()}
     assert "met" in lines["forward_capture"] and "<= 0.6" in lines["forward_capture"]
     assert "MISSED" in lines["decode"] and ">= 1" in lines["decode"]  # 0.8 < 1.0
@@ -89,7 +90,26 @@ def test_table_names_every_row_with_a_target():
     assert "patch_heads" not in lines  # an older result without the patching figures still prints
     figures.update(patch_heads_s=6.0, patch_heads_s_naive=30.0, patch_heads_ratio=0.2, patch_heads_cells=144,
                    patch_heads_tokens=15, patch_heads_max_abs_diff=1e-6)
-    table = bench.format_table(figures)
+    table = hf_compare.format_table(figures)
     row = next(line for line in table.splitlines() if line.startswith("patch_heads "))
     assert "met" in row and "<= 0.3" in row
     assert "6.00 s vs target <= 5 s  MISSED" in table
+
+
+def test_the_library_never_imports_its_benches():
+    """Benches live apart (gptcore/benches/): only the `python -m gptcore.bench` entry reaches them."""
+    import ast
+    from pathlib import Path
+
+    root = Path(bench.__file__).parent
+    offenders = []
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root)
+        if rel.parts[0] == "benches" or rel == Path("bench.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if any("benches" in n.split(".") or n.split(".")[-1] == "bench" for n in names):
+                offenders.append(str(rel))
+    assert offenders == []

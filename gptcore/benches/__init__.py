@@ -1,0 +1,13 @@
+"""Benches and cross-checks: programs that measure or verify the library, kept apart from it.
+
+Nothing in gptcore imports this package (only the `python -m gptcore.bench` entry does, and the
+tests); these modules may pull heavy references the library never needs at run time
+(transformers' own models, TransformerLens in another interpreter, nanoGPT's model.py).
+
+- `hf_compare`  — `python -m gptcore.bench`: forward+capture, decode, load, recount, patching and
+  a SmolLM2-shaped Llama against Hugging Face transformers (`patching`, `smollm2` hold two parts).
+- `tl_check`    — `python -m gptcore.benches.tl_check`: DLA, patching and census against
+  TransformerLens 4.x (run in an interpreter that has it); its random-GPT-2 builder is also the
+  tests' HF oracle.
+- `timing`      — interleaved medians and the machine's name, shared by every bench.
+"""

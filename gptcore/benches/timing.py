@@ -1,0 +1,87 @@
+"""Timing helpers every bench shares: medians after a warm-up, the two sides interleaved, and
+the machine named.
+
+Why interleaved: the benches run on small shared machines (2 cores, other processes beside
+them); a burst of load that lands on one side only would make a ratio of whatever it hit.
+Alternating the sides spreads it over both. Why name the CPU: its kind varies between
+sessions (AMD EPYC, Intel Xeon with AMX), and a fast path tuned on one may not win on the other.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+
+def cpu_name() -> str:
+    """The CPU's model name ("AMD EPYC 9B14"), from /proc/cpuinfo where there is one."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (avx512_bf16, amx_bf16, ...); empty where /proc/cpuinfo is absent."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.lower().startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def machine_line() -> str:
+    """One line for a bench's header: CPU, cores, torch threads, OMP_WAIT_POLICY."""
+    return (f"{cpu_name()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, "
+            f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, torch {torch.__version__}")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def timed(fn: Callable[[], object], runs: int, device: torch.device, warmup: int = 1) -> tuple[float, list[float]]:
+    """Median seconds of `runs` calls after `warmup` untimed ones (caches, allocator, JIT)."""
+    for _ in range(warmup):
+        fn()
+    _sync(device)
+    samples = []
+    for _ in range(runs):
+        samples.append(_once(fn, device))
+    return statistics.median(samples), samples
+
+
+def timed_pair(ours: Callable[[], object], ref: Callable[[], object], runs: int, device: torch.device,
+               warmup: int = 1) -> tuple[float, float, list[float], list[float]]:
+    """Medians of both sides, their runs interleaved (ours, ref, ours, ref, ...) so that a
+    change in machine load in the middle of the bench hits both sides alike."""
+    for _ in range(warmup):
+        ours()
+        ref()
+    _sync(device)
+    ours_all, ref_all = [], []
+    for _ in range(runs):
+        ours_all.append(_once(ours, device))
+        ref_all.append(_once(ref, device))
+    return statistics.median(ours_all), statistics.median(ref_all), ours_all, ref_all
+
+
+def _once(fn: Callable[[], object], device: torch.device) -> float:
+    start = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - start
