@@ -24,6 +24,10 @@ LN_PLACEMENTS = ("pre", "post")
 POS_EMBEDDINGS = ("learned", "sinusoidal", "rope")
 NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu", "swiglu")
+# The GELU MLP's nonlinearity: GPT-2 (and HF, the book) use the tanh approximation ("gelu_new");
+# nanoGPT's model.py uses torch's exact erf GELU (nn.GELU()). On trained weights they differ
+# visibly (a nanoGPT checkpoint: logits 3.25e-3 apart), so a nanoGPT model must keep its own.
+ACTIVATIONS = ("gelu_tanh", "gelu")
 MAX_ROPE_THETA = 1e9
 GPT2_VOCAB = 50257  # ids of the GPT-2 tokenizer; a larger model vocab is padding (nanoGPT: 50304)
 
@@ -72,6 +76,8 @@ class GPTConfig:
     never a bias); `mlp` "gelu" or "swiglu" (a third matrix, the gate, as in Llama) with
     `mlp_hidden` overriding `mlp_ratio × n_embd`; `n_kv_head` key/value heads shared by groups of
     query heads (grouped-query attention; None = n_head, ordinary multi-head attention).
+    `activation` is the GELU MLP's: "gelu_tanh" (GPT-2's tanh approximation) or "gelu" (the exact
+    erf form, nanoGPT's nn.GELU()); SwiGLU ignores it.
     """
 
     vocab_size: int = GPT2_VOCAB
@@ -93,6 +99,7 @@ class GPTConfig:
     mlp: str = "gelu"
     mlp_hidden: int | None = None
     n_kv_head: int | None = None
+    activation: str = "gelu_tanh"
 
     def __post_init__(self):
         self.validate()
@@ -185,7 +192,8 @@ class GPTConfig:
         self._validate_modern_parts()
 
     def _validate_modern_parts(self) -> None:
-        for name, allowed in (("pos_embedding", POS_EMBEDDINGS), ("norm", NORMS), ("mlp", MLPS)):
+        for name, allowed in (("pos_embedding", POS_EMBEDDINGS), ("norm", NORMS), ("mlp", MLPS),
+                              ("activation", ACTIVATIONS)):
             value = getattr(self, name)
             if value not in allowed:
                 raise ConfigError(name, f"{value!r} is not one of {allowed}; GPT-2 uses {allowed[0]!r}")
@@ -217,7 +225,7 @@ class GPTConfig:
                                                f"pick one of {options}")
 
 
-MODERN_FIELDS = ("pos_embedding", "rope_theta", "norm", "mlp", "mlp_hidden", "n_kv_head")
+MODERN_FIELDS = ("pos_embedding", "rope_theta", "norm", "mlp", "mlp_hidden", "n_kv_head", "activation")
 _GPT2_PARTS = {f.name: f.default for f in dataclasses.fields(GPTConfig) if f.name in MODERN_FIELDS}
 
 
@@ -226,7 +234,8 @@ def describe_parts(cfg: GPTConfig) -> str:
     positions = {"learned": "learned positions", "sinusoidal": "sinusoidal positions",
                  "rope": f"rotary positions (base {cfg.rope_theta:g})"}[cfg.pos_embedding]
     norm = "RMSNorm" if cfg.norm == "rmsnorm" else "LayerNorm"
-    mlp = f"{'SwiGLU' if cfg.mlp == 'swiglu' else 'GELU'} MLP {cfg.d_mlp:,}"
+    gelu = "GELU (exact)" if cfg.activation == "gelu" else "GELU"  # tanh: GPT-2's, the unmarked default
+    mlp = f"{'SwiGLU' if cfg.mlp == 'swiglu' else gelu} MLP {cfg.d_mlp:,}"
     heads = (f"grouped-query attention {cfg.n_head}/{cfg.kv_heads}" if cfg.kv_heads != cfg.n_head
              else f"{cfg.n_head}-head attention")
     return f"{positions}, {norm}, {mlp}, {heads}"

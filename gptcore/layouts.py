@@ -18,6 +18,8 @@ import torch
 from .book import FORMAT as BOOK_FORMAT, book_to_ours, is_book_state
 from .checkpoints import LoadError, read_json, read_safetensors, read_sharded_index, read_torch, sniff, tensors_only
 from .config import GPT2_VOCAB, ConfigError, GPTConfig
+
+GPTCORE_CKPT = "gptcore-ckpt-1"  # gptcore.training's own checkpoint format (training/checkpoint.py)
 from .convert import ConversionError, config_from_hf, infer_config
 from .convert import convert_llama_state_dict
 from .hub import HUB_IDS, fetch, is_hub_id
@@ -172,6 +174,8 @@ def _read_torch_file(path: Path, n_head) -> RawCheckpoint:
     obj = read_torch(path)
     if isinstance(obj, dict) and "model" in obj and "model_args" in obj:
         return _read_nanogpt(path, obj, n_head)
+    if isinstance(obj, dict) and obj.get("format") == GPTCORE_CKPT and "gpt_config" in obj:
+        return _read_gptcore_ckpt(path, obj, n_head)
     provenance, notes = UNKNOWN, []
     wrapper = next((k for k in _WEIGHT_KEYS if isinstance(obj, dict) and isinstance(obj.get(k), dict)), None)
     if wrapper is not None:  # {"model_state_dict": ..., "optimizer_state_dict": ...}: the weights only
@@ -211,6 +215,7 @@ def _read_nanogpt(path: Path, ckpt: dict, n_head) -> RawCheckpoint:
             vocab_size=args["vocab_size"], block_size=args["block_size"], n_layer=args["n_layer"],
             n_head=args["n_head"], n_embd=args["n_embd"], dropout=float(args.get("dropout", 0.0)),
             bias=bool(args.get("bias", True)), tie_weights=inferred.tie_weights,
+            activation="gelu",  # nanoGPT's model.py: nn.GELU(), the exact erf form
         )
     except (ConfigError, ConversionError) as exc:
         raise LoadError(f"{path}: {exc}") from None
@@ -220,6 +225,20 @@ def _read_nanogpt(path: Path, ckpt: dict, n_head) -> RawCheckpoint:
                         "the GPT-2 tokenizer is used")
     return RawCheckpoint(state, config, path, "nanoGPT ckpt", _display_name(path), warnings, "model_args", detach=True,
                          provenance=of_training_dict(ckpt))
+
+
+def _read_gptcore_ckpt(path: Path, ckpt: dict, n_head) -> RawCheckpoint:
+    """A training checkpoint of gptcore.training for a model nanoGPT cannot express (its format is
+    described in gptcore/training/checkpoint.py): our key names, the whole GPTConfig saved."""
+    state = tensors_only(path, ckpt["model"], "model state dict")
+    try:
+        config = GPTConfig.from_dict(dict(ckpt["gpt_config"]))
+    except (ConfigError, TypeError, ValueError) as exc:
+        raise LoadError(f"{path}: its gpt_config cannot build a model ({exc}); the file is damaged") from None
+    if n_head is not None and n_head != config.n_head:
+        raise LoadError(f"n_head={n_head} was given but {path} says n_head={config.n_head}; leave n_head out")
+    return RawCheckpoint(state, config, path, "gptcore training ckpt", _display_name(path), [], "gpt_config",
+                         detach=True, provenance=of_training_dict(ckpt))
 
 
 def _infer(path: Path, state: dict, n_head) -> tuple[GPTConfig, list[str]]:

@@ -170,7 +170,8 @@ def _causal_mask(T: int, S: int, past: int, device) -> torch.Tensor:
 
 
 class MLP(nn.Module):
-    """GPT-2's MLP: c_proj(GELU(c_fc(x)))."""
+    """GPT-2's MLP: c_proj(GELU(c_fc(x))). GELU is GPT-2's tanh approximation ("gelu_new"), or
+    with activation="gelu" the exact erf form nanoGPT's nn.GELU() computes."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -179,10 +180,11 @@ class MLP(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.hook_pre = HookPoint()  # (B, T, d_mlp)
         self.hook_post = HookPoint()  # (B, T, d_mlp)
+        self.approximate = "tanh" if config.activation == "gelu_tanh" else "none"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.hook_pre(apply_linear(self.c_fc, x))  # (B, T, d_mlp)
-        h = self.hook_post(F.gelu(h, approximate="tanh"))  # GPT-2's "gelu_new"
+        h = self.hook_post(F.gelu(h, approximate=self.approximate))  # (B, T, d_mlp)
         return self.dropout(apply_linear(self.c_proj, h))  # (B, T, C)
 
 

@@ -1,0 +1,271 @@
+"""Training text as token ids, and the batch of each iteration.
+
+Three sources, as nanoGPT has them: a text file encoded char-level (shakespeare_char's way:
+the vocabulary is the sorted set of its characters, the first 90 % trains, the last 10 %
+validates) or with GPT-2's BPE (offline, gptcore.tokenizer); a folder nanoGPT's prepare.py
+wrote (train.bin/val.bin of uint16 ids + meta.pkl); and, when nothing is given, the text of
+CPython's `pydoc_data.topics` ("pydoc topics"), which is wherever Python is, so a run needs no
+download.
+
+Batches are a function of (seed, split, iteration), not of a running random state: batch `it`
+comes from a torch.Generator seeded by them and holds the whole global batch (every micro-step
+of every process), which the Trainer splits. So a run gives the same batches whatever the
+number of processes, and a resumed run the same batches as an uninterrupted one.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+CHAR_VOCAB_FILE = "char_vocab.json"  # beside a checkpoint: how the app turns ids back into text
+CHAR_VOCAB_FORMAT = "gptcore-char-vocab-1"
+PYDOC_TOPICS = "pydoc topics"
+VAL_FRACTION = 0.1  # shakespeare_char's split: the last 10 % of the text
+_MAX_META_BYTES = 16 << 20
+
+
+class DataError(ValueError):
+    """Training data that cannot be used; the message names the file and the fix."""
+
+
+@dataclass
+class Corpus:
+    """Token ids of a train and a val split, and how to read them back.
+
+    `train`/`val` are 1-D integer arrays (np.memmap for nanoGPT's .bin files, so a 9 GB corpus is
+    not read into memory). `tokenizer` is "char" (then `chars[i]` is the character of id i) or
+    "gpt2". `vocab_size` is the model's minimum vocabulary for these ids.
+    """
+
+    name: str
+    description: str
+    train: np.ndarray
+    val: np.ndarray
+    vocab_size: int
+    tokenizer: str
+    chars: list[str] | None = None
+    _stoi: dict = field(default=None, repr=False)
+
+    # -- ids <-> text -------------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        if self.tokenizer == "char":
+            if self._stoi is None:
+                self._stoi = {c: i for i, c in enumerate(self.chars)}
+            missing = sorted({c for c in text if c not in self._stoi})
+            if missing:
+                raise DataError(f"characters {''.join(missing)!r} are not in this corpus's vocabulary of "
+                                f"{len(self.chars)}; use only characters the model was trained on")
+            return [self._stoi[c] for c in text]
+        from ..tokenizer import gpt2_tokenizer
+
+        return gpt2_tokenizer().encode(text)
+
+    def decode(self, ids) -> str:
+        if self.tokenizer == "char":
+            return "".join(self.chars[i] if 0 <= i < len(self.chars) else "\N{REPLACEMENT CHARACTER}" for i in ids)
+        from ..tokenizer import gpt2_tokenizer
+
+        return gpt2_tokenizer().decode(list(ids))
+
+    # -- batches ------------------------------------------------------------------------------
+    def check_block_size(self, block_size: int) -> None:
+        """Each split must hold one window of block_size + 1 tokens (inputs and their targets)."""
+        for split, ids in (("train", self.train), ("val", self.val)):
+            if len(ids) < block_size + 1:
+                limit = min(len(self.train), len(self.val)) - 1
+                fix = f"block_size at most {limit:,}" if limit > 0 else "a longer text"
+                raise DataError(f"{self.name}: the {split} split has {len(ids):,} tokens, fewer than block_size + 1 = "
+                                f"{block_size + 1:,} (one window of inputs and their targets); use {fix}, "
+                                f"or a longer text")
+
+    def batch(self, split: str, index: int, rows: int, block_size: int, seed: int,
+              stream: str = "train") -> tuple[torch.Tensor, torch.Tensor]:
+        """(x, y), each (rows, block_size) int64: `rows` random windows of `split`, y shifted by one.
+
+        Seeded by (seed, split, stream, index): the training loop asks for stream "train" with
+        index = iteration and rows = the global batch; estimate_loss for stream "eval" with index
+        0..eval_iters-1, so every evaluation scores the same windows (less noise between evals).
+        """
+        ids = self.train if split == "train" else self.val if split == "val" else None
+        if ids is None:
+            raise DataError(f"split must be 'train' or 'val', got {split!r}")
+        self.check_block_size(block_size)
+        gen = torch.Generator().manual_seed(batch_seed(seed, split, stream, index))
+        starts = torch.randint(len(ids) - block_size, (rows,), generator=gen).tolist()
+        windows = np.stack([np.asarray(ids[i:i + block_size + 1], dtype=np.int64) for i in starts])  # (rows, T+1)
+        both = torch.from_numpy(windows)
+        return both[:, :-1].contiguous(), both[:, 1:].contiguous()  # (rows, T) each
+
+    # -- the vocabulary beside a checkpoint ---------------------------------------------------
+    def vocab_dict(self) -> dict:
+        return {"format": CHAR_VOCAB_FORMAT, "tokenizer": self.tokenizer, "vocab_size": self.vocab_size,
+                "chars": self.chars, "corpus": self.name}
+
+    def save_vocab(self, folder) -> Path | None:
+        """Write char_vocab.json into `folder` (char-level corpora only: GPT-2's is known)."""
+        if self.tokenizer != "char":
+            return None
+        path = Path(folder) / CHAR_VOCAB_FILE
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.vocab_dict(), ensure_ascii=False), encoding="utf-8")
+        tmp.replace(path)
+        return path
+
+    def check_vocab(self, vocab_size: int, saved: dict | None = None, what: str = "the checkpoint") -> None:
+        """Refuse a model (or its saved vocabulary) that does not read these ids the same way."""
+        if vocab_size < self.vocab_size:
+            raise DataError(f"{what} has vocab_size {vocab_size:,} but {self.name} needs {self.vocab_size:,} ids "
+                            f"({self.tokenizer}); train a new model on this data or use the data it was trained on")
+        if saved is not None and self.tokenizer == "char" and saved.get("chars") != self.chars:
+            theirs = saved.get("chars") or []
+            raise DataError(f"{what} was trained on another character vocabulary ({len(theirs)} symbols, "
+                            f"{saved.get('corpus', '?')}) than {self.name} ({len(self.chars)} symbols): the same id "
+                            f"would mean another character; resume on the original data or start a new run")
+
+
+def batch_seed(seed: int, split: str, stream: str, index: int) -> int:
+    """A 63-bit generator seed from (seed, split, stream, index); hashing keeps streams apart."""
+    digest = hashlib.blake2b(f"{seed}/{split}/{stream}/{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+
+
+# -- sources -------------------------------------------------------------------------------------
+
+def load_corpus(source=None, tokenizer: str = "char") -> Corpus:
+    """The corpus at `source`: None -> pydoc topics; a folder with train.bin -> nanoGPT's prepared
+    data (its own vocabulary, `tokenizer` ignored); a file -> its text, `tokenizer` "char" or "gpt2"."""
+    if tokenizer not in ("char", "gpt2"):
+        raise DataError(f"tokenizer must be 'char' or 'gpt2', got {tokenizer!r}")
+    if source is None:
+        return corpus_from_text(pydoc_topics_text(), PYDOC_TOPICS, tokenizer,
+                                "the text of CPython's pydoc_data.topics (offline, in every Python)")
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return load_prepared(path)
+    return corpus_from_text(read_text_file(path), path.name, tokenizer, str(path))
+
+
+def pydoc_topics_text() -> str:
+    """pydoc_data.topics's help texts, by sorted topic name, joined by blank lines (CPython 3.11.7:
+    465,126 characters, 103 symbols; other Python versions ship other text)."""
+    from pydoc_data.topics import topics
+
+    return "\n\n".join(topics[name] for name in sorted(topics))
+
+
+def read_text_file(path: Path) -> str:
+    if not path.exists():
+        raise DataError(f"{path}: no such file; give a UTF-8 text file, a folder with nanoGPT's train.bin/val.bin, "
+                        f"or nothing for the built-in corpus ({PYDOC_TOPICS})")
+    if not path.is_file():
+        raise DataError(f"{path} is not a regular file; give a UTF-8 text file")
+    raw = path.read_bytes()
+    if not raw.strip():
+        raise DataError(f"{path} is empty; give a text file with something to learn")
+    if b"\x00" in raw[:65536]:
+        raise DataError(f"{path} is binary (it holds NUL bytes), not text; give a UTF-8 text file, or for "
+                        f"tokenised data a folder with nanoGPT's train.bin and val.bin")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not UTF-8 (byte {raw[exc.start]:#04x} at offset {exc.start:,}); convert it, e.g. "
+                        f"`iconv -f latin1 -t utf-8 {path.name} > {path.stem}.utf8.txt`") from None
+
+
+def corpus_from_text(text: str, name: str, tokenizer: str, description: str) -> Corpus:
+    """Encode `text` and split it shakespeare_char's way: first 90 % train, last 10 % val."""
+    if not text:
+        raise DataError(f"{name} is empty; give a text with something to learn")
+    if tokenizer == "char":
+        chars = sorted(set(text))
+        stoi = {c: i for i, c in enumerate(chars)}
+        ids = np.fromiter((stoi[c] for c in text), dtype=np.uint16 if len(chars) < 65536 else np.int32, count=len(text))
+        vocab = len(chars)
+    else:
+        from ..tokenizer import gpt2_tokenizer
+
+        enc = gpt2_tokenizer()
+        ids, chars, vocab = np.array(enc.encode_ordinary(text), dtype=np.uint16), None, enc.n_vocab
+    n = int(len(ids) * (1 - VAL_FRACTION))
+    what = f"{len(text):,} characters, {len(chars):,} symbols" if chars else f"{len(ids):,} GPT-2 tokens"
+    return Corpus(name, f"{description} ({what})", ids[:n], ids[n:], vocab, tokenizer, chars)
+
+
+def load_prepared(folder: Path) -> Corpus:
+    """nanoGPT's prepare.py output: train.bin/val.bin (uint16 ids) + meta.pkl (char-level) or no
+    meta.pkl (GPT-2 BPE, vocab 50257). meta.pkl is read by `read_meta`, which runs no code."""
+    missing = [n for n in ("train.bin", "val.bin") if not (folder / n).is_file()]
+    if missing:
+        raise DataError(f"{folder} has no {' or '.join(missing)}; a prepared folder is what nanoGPT's "
+                        f"data/*/prepare.py writes (train.bin, val.bin, maybe meta.pkl), or give a text file")
+    splits = []
+    for name in ("train.bin", "val.bin"):
+        path = folder / name
+        if path.stat().st_size < 4 or path.stat().st_size % 2:
+            raise DataError(f"{path} holds {path.stat().st_size} bytes: not uint16 token ids (2 bytes each) of "
+                            f"any length worth training on; run prepare.py again")
+        splits.append(np.memmap(path, dtype=np.uint16, mode="r"))
+    meta_path = folder / "meta.pkl"
+    if meta_path.is_file():
+        meta = read_meta(meta_path)
+        itos = meta.get("itos")
+        vocab = meta.get("vocab_size")
+        if not isinstance(vocab, int) or vocab <= 0:
+            raise DataError(f"{meta_path} has no vocab_size (a whole number); run prepare.py again")
+        chars = [itos[i] for i in range(vocab)] if isinstance(itos, dict) and all(
+            isinstance(itos.get(i), str) for i in range(vocab)) else None
+        tokenizer = "char" if chars is not None else "ids"
+    else:
+        chars, vocab, tokenizer = None, 50257, "gpt2"
+    corpus = Corpus(folder.name, f"nanoGPT prepared data in {folder} ({len(splits[0]):,} train, "
+                                 f"{len(splits[1]):,} val tokens)", splits[0], splits[1], vocab, tokenizer, chars)
+    top = max(int(splits[0].max()), int(splits[1].max())) if len(splits[0]) < 50_000_000 else None
+    if top is not None and top >= vocab:
+        raise DataError(f"{folder}: token id {top} is beyond the vocabulary ({vocab}); meta.pkl and the .bin "
+                        f"files are from different prepare runs")
+    return corpus
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Admits no global at all: dicts, lists, tuples, strings, numbers and booleans are built by
+    pickle's own opcodes; anything naming a class or function (how a pickle runs code) is refused."""
+
+    def find_class(self, module, name):
+        raise DataError(f"refused to read: it names {module}.{name}, but a nanoGPT meta.pkl holds only plain "
+                        f"dicts, strings and numbers (a pickle naming functions can run code)")
+
+
+def read_meta(path: Path) -> dict:
+    """nanoGPT's meta.pkl ({'vocab_size', 'itos', 'stoi'}) without running anything it carries."""
+    if path.stat().st_size > _MAX_META_BYTES:
+        raise DataError(f"{path} is {path.stat().st_size:,} bytes; a meta.pkl is a few kB. Not reading it")
+    try:
+        with open(path, "rb") as f:
+            meta = _PlainUnpickler(f).load()
+    except DataError as exc:
+        raise DataError(f"{path}: {exc}") from None
+    except Exception as exc:  # truncated or not a pickle: a damaged file, say so
+        raise DataError(f"{path} is not a readable meta.pkl ({type(exc).__name__}: {exc}); run prepare.py again") from None
+    if not isinstance(meta, dict):
+        raise DataError(f"{path} holds a {type(meta).__name__}, not nanoGPT's dict of vocab_size/itos/stoi")
+    return meta
+
+
+def read_saved_vocab(folder) -> dict | None:
+    """The char_vocab.json a run saved in `folder`, or None if there is none."""
+    path = Path(folder) / CHAR_VOCAB_FILE
+    if not path.is_file():
+        return None
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"{path} is not readable JSON ({exc}); delete it or copy it again from the run") from None
+    if not isinstance(saved, dict) or saved.get("format") != CHAR_VOCAB_FORMAT or not isinstance(saved.get("chars"), list):
+        raise DataError(f"{path} is not a gptcore character vocabulary (format {CHAR_VOCAB_FORMAT})")
+    return saved
