@@ -12,11 +12,13 @@ import math
 import pickle
 import re
 import struct
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from . import torch_refusals
 from .errors import Cancelled, UserError
 
 
@@ -204,7 +206,9 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
 def read_torch(path: Path) -> Any:
     """`torch.load(weights_only=True)`: the restricted unpickler rebuilds tensors and plain
     containers only. Anything else (a function that would run, a custom class) is refused and
-    named; there is no second, unsafe attempt. Zip-format files are memory-mapped."""
+    named; there is no second, unsafe attempt. Zip-format files are memory-mapped. torch's
+    warnings about the file (e.g. "Detected pickle protocol 4") are not passed on: the refusal,
+    if any, says what they meant."""
     size = path.stat().st_size
     if size == 0:
         raise corrupt(path, "the file is empty (0 bytes)")
@@ -212,43 +216,64 @@ def read_torch(path: Path) -> Any:
     if kind in ("text", "safetensors"):
         raise not_what_was_expected(path, kind, "a PyTorch checkpoint")
     is_zip = kind == "zip"
+    damage = torch_refusals.zip_problem(path) if is_zip else None
+    if damage:
+        raise corrupt(path, damage)
     try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=is_zip)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.")
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=is_zip)
     except pickle.UnpicklingError as exc:
-        refused = re.search(r"GLOBAL ([\w.]+)", str(exc))
-        if refused:
-            raise _refusal(path, refused.group(1)) from None
-        raise corrupt(path, f"not a valid torch checkpoint ({_first_line(exc)})") from None
+        raise _unpickling_refusal(path, kind, exc) from None
     except (KeyboardInterrupt, MemoryError):
         raise
     except Exception as exc:  # truncated zip, EOF, random bytes: torch raises many kinds
-        detail = f"torch.load failed: {exc.__class__.__name__}: {_first_line(exc) or 'unexpected end of file'}"
+        detail = torch_refusals.damage_detail(exc) or (
+            f"torch.load failed: {exc.__class__.__name__}: {torch_refusals.torch_text(exc) or 'unexpected end of file'}")
         if kind == "unknown":
             detail += f" (it is not a zip or pickle archive, the two forms torch.save writes; {_first_bytes(path)})"
         raise corrupt(path, detail) from None
 
 
-def _refusal(path: Path, name: str) -> LoadError:
+def _unpickling_refusal(path: Path, kind: str, exc: BaseException) -> LoadError:
+    """Name what the file asks for, from a static walk of its pickle (torch names only the first
+    global it meets, and none at all for a protocol-4 pickle), else from torch's message."""
+    facts = torch_refusals.scan(path, kind)
+    bad = torch_refusals.refused_names(facts)
+    if bad and bad != [torch_refusals.LOAD_FROM_BYTES]:
+        return _refusal(path, bad[0], [n for n in bad[1:] if n != torch_refusals.LOAD_FROM_BYTES])
+    if bad:
+        return LoadError(
+            f"refused {path}: it is a plain pickle of tensors (pickle.dump, not torch.save); rebuilding them asks to "
+            f"call `{torch_refusals.LOAD_FROM_BYTES}`, an unrestricted torch.load of bytes inside the file — a pickle "
+            f"can run any code that way. Nothing was executed. Re-save it with torch.save or "
+            f"safetensors.torch.save_file where it was made, and load that")
+    named = re.search(r"GLOBAL ([\w.]+)", str(exc))
+    if named:
+        return _refusal(path, named.group(1))
+    if facts.framed or (facts.protocol or 0) >= 4:
+        return LoadError(
+            f"cannot read {path} safely: it was pickled with protocol {facts.protocol or 4} (pickle.dump, or "
+            f"torch.save(..., pickle_protocol=4)), which torch's restricted reader cannot parse. Nothing in it asks "
+            f"to run code, and nothing was executed. Re-save it with torch.save's default protocol or with "
+            f"safetensors.torch.save_file, and load that")
+    return corrupt(path, f"not a valid torch checkpoint ({torch_refusals.torch_text(exc) or 'an unreadable pickle'})")
+
+
+def _refusal(path: Path, name: str, others: list[str] | tuple = ()) -> LoadError:
     # The name is never imported to find out what it is (importing can run code too): by Python's
     # naming convention a capitalised last part is a class, anything else a function to be called.
     if name.rsplit(".", 1)[-1][:1].isupper():
         what = f"holds an object of the custom class `{name}`, which a safe load cannot rebuild"
     else:
         what = f"asks to call `{name}` while being unpickled — a pickle can run any code that way"
+    if others:
+        what += f" (it also names {', '.join(f'`{n}`' for n in others[:3])})"
     return LoadError(
         f"refused {path}: it {what}. Nothing was executed. Only plain tensors are read from pickle "
         f"files; if you trust the file, re-save just its weights (e.g. with safetensors.torch.save_file) "
         f"and load that"
     )
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith(("Weights only load failed", "In PyTorch 2.6", "Check the documentation")):
-            return line[:200]
-    return text[:200]
 
 
 # -- state dicts out of the containers people save ----------------------------------------------

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import collections
 import os
+import pickle
 import struct
+import warnings
 from pathlib import Path
 
 import pytest
@@ -88,6 +91,93 @@ def test_fault_pickle_that_would_run_code_is_refused_and_never_runs(payload, whe
     assert "refused" in message and str(target) in message and "asks to call" in message and "run any code" in message
     assert ("open" in message) if payload is OpensAFile else ("exec" in message)
     assert torch_load_calls and all(c.get("weights_only") is True for c in torch_load_calls)  # no unsafe retry
+
+
+class CallsSystem:
+    """Pickles as `posix.system(...)` (os.system's home on Linux): the payload of the issue-23 report."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _write(form: str, obj, target: Path) -> None:
+    if form.startswith("raw-protocol-"):  # pickle.dump, not torch.save: no zip, no torch header
+        target.write_bytes(pickle.dumps(obj, protocol=int(form.rsplit("-", 1)[1])))
+    elif form == "torch-legacy":
+        torch.save(obj, target, _use_new_zipfile_serialization=False)
+    else:
+        torch.save(obj, target)
+
+
+def _refuse(target: Path) -> str:
+    """The loader's message for `target`, with every warning raised on the way recorded."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(LoadError) as raised:
+            load(target)
+    torch_warnings = [str(w.message) for w in caught if "torch" in (w.filename or "")]
+    assert torch_warnings == []  # e.g. "Detected pickle protocol 4 … please file an issue" must not leak
+    return str(raised.value)
+
+
+PICKLE_FORMS = ["raw-protocol-2", "raw-protocol-4", "raw-protocol-5", "torch-legacy", "torch-zip"]
+
+
+@pytest.mark.parametrize("form", PICKLE_FORMS)
+def test_fault_code_pickle_is_named_the_same_in_every_form(form, hf_tiny, tmp_path):
+    """Issue 23: a raw protocol-4 pickle used to be called "corrupt … Please file an issue";
+    every form now names the call it asks for, in the torch-zip refusal's words."""
+    marker, target = tmp_path / "code-ran", tmp_path / "ckpt.pt"
+    _write(form, {"model": hf_tiny.state_dict(), "model_args": {}, "hook": CallsSystem(marker)}, target)
+    message = _refuse(target)
+    assert not marker.exists()
+    assert message.startswith(f"refused {target}: it asks to call `posix.system`"), message
+    assert "Nothing was executed" in message and "run any code" in message
+    for torch_words in ("Please file an issue", "WeightsUnpickler", "weights_only", "corrupt"):
+        assert torch_words not in message
+
+
+def test_fault_plain_pickle_of_tensors_is_named_as_such(hf_tiny, tmp_path):
+    target = tmp_path / "weights.pt"
+    _write("raw-protocol-4", dict(hf_tiny.state_dict()), target)
+    message = _refuse(target)
+    assert "plain pickle of tensors" in message and "torch.storage._load_from_bytes" in message
+    assert "Nothing was executed" in message and "torch.save" in message
+
+
+def test_fault_clean_protocol_4_torch_save_says_why_it_cannot_be_read(hf_tiny, tmp_path):
+    """torch's restricted reader stops at protocol 4's FRAME opcode even on plain weights."""
+    target = tmp_path / "p4.pt"
+    torch.save(dict(hf_tiny.state_dict()), target, pickle_protocol=4)
+    message = _refuse(target)
+    assert "protocol 4" in message and "Nothing in it asks to run code" in message
+    assert "Please file an issue" not in message and "operand" not in message
+
+
+@pytest.mark.parametrize("form", ["torch-zip", "torch-legacy"])
+def test_fault_truncated_torch_file_in_our_words(form, hf_tiny, tmp_path):
+    target = tmp_path / "ckpt.pt"
+    _write(form, {"model": hf_tiny.state_dict(), "model_args": {}}, target)
+    target.write_bytes(target.read_bytes()[:5000])
+    message = _refuse(target)
+    assert "corrupt file" in message and "re-download" in message
+    assert ("cut short" if form == "torch-zip" else "ends early") in message
+    for torch_words in ("miniz", "internal", "PytorchStreamReader", "high likelihood"):
+        assert torch_words not in message
+
+
+def test_static_scan_names_globals_in_order_and_runs_nothing(tmp_path):
+    from gptcore import torch_refusals
+
+    marker, target = tmp_path / "code-ran", tmp_path / "x.pkl"
+    target.write_bytes(pickle.dumps([collections.OrderedDict(), CallsSystem(marker), OpensAFile(marker)], protocol=4))
+    facts = torch_refusals.scan(target, "pickle")
+    assert facts.names == ["collections.OrderedDict", "posix.system", "io.open"]
+    assert facts.protocol == 4 and facts.framed and not marker.exists()
+    assert torch_refusals.refused_names(facts) == ["posix.system", "io.open"]
 
 
 # -- 2. a custom class ------------------------------------------------------------------------------
