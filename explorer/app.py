@@ -201,7 +201,7 @@ def main(argv=None) -> int:
     from PySide6.QtCore import QEvent, QObject, QSettings, QTimer
     from PySide6.QtWidgets import QApplication
 
-    from . import theme
+    from . import theme, wheel_guard
     from .main_window import MainWindow
     from .workers import TaskRunner
 
@@ -209,6 +209,7 @@ def main(argv=None) -> int:
     app.setApplicationName("GPT Explorer")
     app.setOrganizationName("gpt-explorer")
     theme.apply_theme(app, None if args.theme == "system" else args.theme)
+    wheel_guard.install(app)  # the wheel scrolls forms; it edits a field only once it was clicked
     if args.device == "cuda":  # only an explicit request pays for importing torch before the first paint
         from .devices import resolve_device
 
