@@ -32,7 +32,7 @@ _AUTOCAST = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """nanoGPT's loss: mean cross-entropy over every position; target -1 is ignored."""
-    return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)  # ()
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)  # ()
 
 
 def optimizer_groups(model: nn.Module, weight_decay: float) -> list[dict]:

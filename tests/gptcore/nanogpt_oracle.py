@@ -1,0 +1,125 @@
+"""A nanoGPT-architecture model written for the tests (from reading nanoGPT's model.py; no code
+of it is imported): its module tree gives nanoGPT's state-dict key names exactly, so
+`load_state_dict(strict=True)` on it is what nanoGPT's own GPT would accept, and its forward is
+nanoGPT's maths: pre-LN blocks, exact erf GELU (nn.GELU()), eps 1e-5, tied head, dropout off.
+Also the reference training loop of train.py (get_lr, configure_optimizers' groups, clip)."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class _Norm(nn.Module):
+    def __init__(self, width: int, bias: bool):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+        self.bias = nn.Parameter(torch.zeros(width)) if bias else None
+
+    def forward(self, x):
+        return F.layer_norm(x, (x.shape[-1],), self.weight, self.bias, 1e-5)
+
+
+class _Attention(nn.Module):
+    def __init__(self, width: int, heads: int, bias: bool):
+        super().__init__()
+        self.heads = heads
+        self.c_attn = nn.Linear(width, 3 * width, bias=bias)
+        self.c_proj = nn.Linear(width, width, bias=bias)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+                   for t in self.c_attn(x).split(C, dim=2))  # (B, nh, T, hs) each
+        scores = q @ k.transpose(-2, -1) / math.sqrt(C // self.heads)  # (B, nh, T, T)
+        future = torch.ones(T, T, dtype=torch.bool).triu(1)
+        weights = scores.masked_fill(future, float("-inf")).softmax(-1)
+        return self.c_proj((weights @ v).transpose(1, 2).reshape(B, T, C))  # (B, T, C)
+
+
+class _Feedforward(nn.Module):
+    def __init__(self, width: int, bias: bool):
+        super().__init__()
+        self.c_fc = nn.Linear(width, 4 * width, bias=bias)
+        self.gelu = nn.GELU()  # exact: erf, not tanh
+        self.c_proj = nn.Linear(4 * width, width, bias=bias)
+
+    def forward(self, x):
+        return self.c_proj(self.gelu(self.c_fc(x)))
+
+
+class _Layer(nn.Module):
+    def __init__(self, width: int, heads: int, bias: bool):
+        super().__init__()
+        self.ln_1 = _Norm(width, bias)
+        self.attn = _Attention(width, heads, bias)
+        self.ln_2 = _Norm(width, bias)
+        self.mlp = _Feedforward(width, bias)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class NanoGPTShaped(nn.Module):
+    """Takes nanoGPT's model_args (n_layer, n_head, n_embd, block_size, bias, vocab_size, dropout)."""
+
+    def __init__(self, n_layer, n_head, n_embd, block_size, bias, vocab_size, dropout=0.0):
+        super().__init__()
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(vocab_size, n_embd),
+            wpe=nn.Embedding(block_size, n_embd),
+            h=nn.ModuleList(_Layer(n_embd, n_head, bias) for _ in range(n_layer)),
+            ln_f=_Norm(n_embd, bias),
+        ))
+        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # tied, as nanoGPT ties them
+
+    def forward(self, idx):
+        t = self.transformer
+        x = t.wte(idx) + t.wpe(torch.arange(idx.shape[1]))  # (B, T, C)
+        for layer in t.h:
+            x = layer(x)
+        return self.lm_head(t.ln_f(x))  # (B, T, vocab)
+
+
+# -- train.py's loop, as a reference ------------------------------------------------------------
+
+def reference_lr(it, learning_rate, warmup_iters, lr_decay_iters, min_lr):
+    """train.py's get_lr, restated."""
+    if it < warmup_iters:
+        return learning_rate * (it + 1) / (warmup_iters + 1)
+    if it > lr_decay_iters:
+        return min_lr
+    ratio = (it - warmup_iters) / (lr_decay_iters - warmup_iters)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (learning_rate - min_lr)
+
+
+def reference_optimizer(model, weight_decay, learning_rate, betas):
+    """configure_optimizers: every trainable named parameter; decay those with dim >= 2."""
+    named = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    groups = [{"params": [p for p in named.values() if p.dim() >= 2], "weight_decay": weight_decay},
+              {"params": [p for p in named.values() if p.dim() < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=learning_rate, betas=betas)
+
+
+def reference_step(model, optimizer, it, micro_batches, tc):
+    """One iteration of train.py's inner loop; returns the mean loss of its micro-batches."""
+    lr = reference_lr(it, tc.learning_rate, tc.warmup_iters, tc.lr_decay_iters, tc.min_lr) if tc.decay_lr \
+        else tc.learning_rate
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    total = 0.0
+    for x, y in micro_batches:
+        logits = model(x)
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1), ignore_index=-1)
+        loss = loss / len(micro_batches)
+        loss.backward()
+        total += loss.item()
+    if tc.grad_clip != 0.0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return total
