@@ -10,11 +10,14 @@ non-finite number is written as null):
     every record   "kind": one of KINDS; "time": Unix seconds (float); most also carry "step"
                    (the optimizer step just finished, counted from 0 at the run's start and
                    continued by a resume) and "scheme" (the init scheme the record is about).
-    start          {"run": run id, "schemes": [...], "step": first step, "resumed": bool, "world_size": n}
-    train          {"scheme", "step", "loss", "lr", "grad_norm": total norm before clipping,
-                    "grad_norms": {"embed": .., "block 0": .., ..., "final": ..} per layer,
-                    "tokens_per_s", "dt": seconds of the step (all schemes' steps at that iteration)}
-    eval           {"scheme", "step", "train": loss, "val": loss}  (mean over eval_iters batches each)
+    start          {"run": run id, "schemes": [...], "step": first step, "max_iters": n, "resumed": bool,
+                    "world_size": n}
+    train          {"scheme", "step": index of the optimizer step (0-based, run on the weights of step
+                    "step"), "loss", "lr", "grad_norm": global norm before clipping, "grad_norms":
+                    {"embed": .., "pos_embed": .., "blocks.0": .., ..., "ln_final": ..} per part,
+                    "tokens_per_s", "dt": seconds of this scheme's step}
+    eval           {"scheme", "step": optimizer steps done (0 = the initialisation), "train": loss,
+                    "val": loss}  (mean over eval_iters batches each; probe and checkpoint count alike)
     probe          {"scheme", "step", "census": {score name: [[layer][head]]}, "residual": {"labels",
                     "norms"}, "attention": {"file": path relative to DIR of a .npy (L, nh, T, T) float16,
                     "tokens": [T strings]}, "icl": {"score", "early", "late", "early_positions",
@@ -22,7 +25,9 @@ non-finite number is written as null):
                    (recorder.py says how each is measured)
     checkpoint     {"scheme", "step", "path": the step's weights (relative to DIR), "latest": ckpt path}
     message        {"text"}: something a watcher should show (a warning, a refusal)
-    done           {"step"}: the run reached max_iters (or max_time)
+    diverged       {"scheme", "step", "message"}: that scheme's loss went non-finite; it stops, its last
+                   checkpoint is kept, the other schemes go on (with one scheme the run ends with "error")
+    done           {"step", "reason": "max_iters" or "max_time"}: the run finished
     stopped        {"step", "reason"}: SIGINT/SIGTERM; the latest checkpoint holds step "step"
     error          {"step", "message"}: the run failed (e.g. a non-finite loss) and says why
 
@@ -41,7 +46,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-KINDS = ("start", "train", "eval", "probe", "checkpoint", "message", "done", "stopped", "error")
+KINDS = ("start", "train", "eval", "probe", "checkpoint", "message", "diverged", "done", "stopped", "error")
 TERMINAL = ("done", "stopped", "error")
 
 

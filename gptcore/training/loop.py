@@ -1,0 +1,287 @@
+"""One training run end to end: every init scheme stepped on the same batches, evaluated, probed,
+checkpointed, and recorded in the run folder; stopped cleanly by a signal, a time limit or a
+non-finite loss. `python -m gptcore.train` parses the command line and hands a `RunPlan` here.
+
+The loop, per iteration `it` (= optimizer steps done so far):
+  1. at it % eval_interval == 0 and at the end: estimate_loss, ckpt.pt, the step's weights kept
+     (every `keep_every`-th eval) — so a run always has a resumable checkpoint from step 0 on;
+  2. at it % probe_interval == 0 and at the end: the probes (recorder.py);
+  3. stop here if it == max_iters, max_time has passed, or SIGINT/SIGTERM came (processes agree);
+  4. the batch of `it` (data.py: a function of (seed, it), the global batch), one `Trainer.step`
+     per scheme, a train record each, a progress line every log_interval iterations.
+Under torch.distributed every process runs the steps; rank 0 alone evaluates, probes and writes.
+"""
+from __future__ import annotations
+
+import math
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..config import GPTConfig
+from .config import TrainConfig
+from .recorder import Recorder
+from .run import RunFolder
+from .trace import TraceWriter
+from .trainer import NonFiniteLoss, Trainer
+
+EXIT_OK, EXIT_FAILED, EXIT_SIGINT = 0, 1, 130
+_STOP_CODES = {0: None, 1: "max_time", 2: "SIGTERM", 3: "SIGINT"}
+
+
+@dataclass
+class RunPlan:
+    """What to run, decided from the command line (train.py) before anything is built."""
+
+    out_dir: Path
+    train_config: TrainConfig
+    model_config: GPTConfig | None  # None on resume: the checkpoint has it
+    corpus: object  # data.Corpus
+    schemes: tuple[str, ...]
+    probe_interval: int
+    max_time: float | None
+    log_interval: int = 10
+    keep_every: int = 1
+    resume: bool = False
+    command: list[str] = field(default_factory=list)
+    corpus_source: str | None = None
+    world_size: int = 1
+    rank: int = 0
+    device: str = "cpu"
+
+
+class _NoWriter:
+    """What ranks other than 0 write to: nothing."""
+
+    def write(self, kind, **fields):
+        return fields
+
+    def close(self):
+        pass
+
+
+class TrainingRun:
+    def __init__(self, plan: RunPlan, out=print):
+        self.plan = plan
+        self.master = plan.rank == 0
+        self.say = out if self.master else (lambda *a, **k: None)
+        self.folder = RunFolder(plan.out_dir)
+        self.cfg = plan.train_config
+        self.corpus = plan.corpus
+        self._signal: str | None = None
+        self._diverged = ""
+        self.trainers: dict[str, Trainer] = {}
+        self.writer = _NoWriter()
+
+    # -- setup -------------------------------------------------------------------------------
+    def setup(self) -> None:
+        plan, cfg = self.plan, self.cfg
+        if plan.resume:
+            for scheme in plan.schemes:
+                path = self.folder.ckpt(scheme, plan.schemes)
+                self.trainers[scheme] = Trainer.from_checkpoint(path, cfg, device=plan.device)
+            steps = {s: t.iter_num for s, t in self.trainers.items()}
+            if len(set(steps.values())) > 1:
+                from .checkpoint import CheckpointError
+
+                raise CheckpointError(f"the checkpoints of {plan.out_dir} are from different steps ({steps}); "
+                                      f"the run was killed between two saves: start a new run")
+            model_config = next(iter(self.trainers.values())).model.config
+            self.corpus.check_vocab(model_config.vocab_size, _saved_vocab(self.folder.root), "the run's checkpoint")
+        else:
+            from ..model import GPT
+
+            for scheme in plan.schemes:
+                model = GPT(plan.model_config, init=scheme, seed=cfg.seed)
+                self.trainers[scheme] = Trainer(model, cfg, device=plan.device)
+        self.start_step = next(iter(self.trainers.values())).iter_num
+        self.block_size = next(iter(self.trainers.values())).model.config.block_size
+        if self.master:
+            self._open_folder()
+
+    def _open_folder(self) -> None:
+        plan = self.plan
+        model_config = next(iter(self.trainers.values())).model.config
+        meta = {
+            "command": plan.command, "schemes": list(plan.schemes), "model_config": model_config.to_dict(),
+            "train_config": self.cfg.to_dict(),
+            "corpus": {"name": self.corpus.name, "description": self.corpus.description, "source": plan.corpus_source,
+                       "train_tokens": len(self.corpus.train), "val_tokens": len(self.corpus.val)},
+            "tokenizer": {"kind": self.corpus.tokenizer,
+                          "vocab": "char_vocab.json" if self.corpus.tokenizer == "char" else None},
+            "world_size": plan.world_size, "device": plan.device, "probe_interval": plan.probe_interval,
+            "max_time": plan.max_time, "checkpoints": {s: self.folder.ckpt(s, plan.schemes).name for s in plan.schemes},
+        }
+        self.meta = self.folder.start(meta, resume=plan.resume, step=self.start_step)
+        if not plan.resume:
+            self.corpus.save_vocab(self.folder.root)
+        self.writer = TraceWriter(self.folder.trace)
+        self.recorder = Recorder(self.folder, self.corpus, self.block_size, self.cfg.seed)
+        self.writer.write("start", run=self.meta["run"], schemes=list(plan.schemes), step=self.start_step,
+                          max_iters=self.cfg.max_iters, resumed=plan.resume, world_size=plan.world_size)
+
+    # -- the loop ------------------------------------------------------------------------------
+    def run(self) -> int:
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            return self._loop()
+        except BaseException as exc:
+            self.writer.write("error", step=self._step(), message=f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.writer.close()
+
+    def _on_signal(self, signum, frame) -> None:
+        self._signal = "SIGINT" if signum == signal.SIGINT else "SIGTERM"
+
+    def _step(self) -> int:
+        return max((t.iter_num for t in self.trainers.values()), default=0)
+
+    def _loop(self) -> int:
+        cfg, plan = self.cfg, self.plan
+        rows = cfg.gradient_accumulation_steps * cfg.batch_size
+        tokens = rows * self.block_size
+        started = time.monotonic()
+        it = self.start_step
+        if it >= cfg.max_iters:
+            self.say(f"{plan.out_dir} is already at step {it} of max_iters={cfg.max_iters}; "
+                     f"pass a larger --max_iters to train on")
+            self.writer.write("done", step=it, reason="max_iters")
+            return EXIT_OK
+        self.say(f"training {', '.join(plan.schemes)} from step {it} to {cfg.max_iters} on {self.corpus.description}; "
+                 f"{tokens:,} tokens per step; writing {plan.out_dir}")
+        iter_times: list[float] = []
+        while True:
+            stop = self._agree_stop(started)
+            final = it >= cfg.max_iters or stop is not None
+            if self.master:
+                if stop in ("SIGINT", "SIGTERM"):
+                    self._checkpoint(it, keep=True)
+                elif not (plan.resume and it == self.start_step) or final:  # a resume starts where its save was
+                    if it % cfg.eval_interval == 0 or final:
+                        self._evaluate(it)
+                        n_eval = it // cfg.eval_interval
+                        self._checkpoint(it, keep=final or n_eval % plan.keep_every == 0)
+                    if plan.probe_interval and (it % plan.probe_interval == 0 or final):
+                        self._probe(it)
+            if final:
+                return self._finish(it, stop)
+            t0 = time.perf_counter()
+            x, y = self.corpus.batch("train", it, rows, self.block_size, cfg.seed)  # (rows, T) each
+            losses = {}
+            for scheme in list(self.trainers):
+                losses[scheme] = self._train_step(scheme, x, y, tokens)
+            if not self.trainers:
+                return self._all_diverged(it)
+            it += 1
+            iter_times.append(time.perf_counter() - t0)
+            if it % plan.log_interval == 0 or it == cfg.max_iters:
+                self._progress(it, losses, iter_times[-plan.log_interval:], tokens, started)
+
+    def _train_step(self, scheme: str, x, y, tokens: int) -> float | None:
+        trainer = self.trainers[scheme]
+        t0 = time.perf_counter()
+        try:
+            loss = trainer.step(x, y)
+        except NonFiniteLoss as exc:
+            del self.trainers[scheme]
+            self._diverged = str(exc)
+            self.writer.write("diverged", scheme=scheme, step=exc.step, message=str(exc))
+            self.say(f"{scheme}: {exc}")
+            return None
+        dt = time.perf_counter() - t0
+        self.writer.write("train", scheme=scheme, step=trainer.iter_num - 1, loss=loss, lr=trainer.last_lr,
+                          grad_norm=trainer.last_grad_norm, grad_norms=trainer.last_grad_norms,
+                          tokens_per_s=round(tokens / dt, 1), dt=round(dt, 5))
+        return loss
+
+    def _agree_stop(self, started: float) -> str | None:
+        """Why to stop now, agreed by every process (the most urgent reason any of them has)."""
+        code = {None: 0, "SIGTERM": 2, "SIGINT": 3}[self._signal]
+        if self.master and self.plan.max_time and time.monotonic() - started >= self.plan.max_time:
+            code = max(code, 1)
+        if self.plan.world_size > 1:
+            import torch.distributed as dist
+
+            device = next(iter(self.trainers.values())).device if self.trainers else "cpu"
+            flag = torch.tensor([code], device=device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            code = int(flag.item())
+        return _STOP_CODES[code]
+
+    # -- what is measured and kept -----------------------------------------------------------------
+    def _evaluate(self, it: int) -> None:
+        cfg = self.cfg
+        parts = []
+        for scheme, trainer in self.trainers.items():
+            losses = trainer.estimate_loss(
+                lambda split, k: self.corpus.batch(split, k, cfg.batch_size, self.block_size, cfg.seed, stream="eval"))
+            self.writer.write("eval", scheme=scheme, step=it, train=losses["train"], val=losses["val"])
+            parts.append(f"{scheme} train {losses['train']:.4f} val {losses['val']:.4f}")
+        self.say(f"step {it}: " + "; ".join(parts))
+
+    def _checkpoint(self, it: int, keep: bool) -> None:
+        for scheme, trainer in self.trainers.items():
+            latest = self.folder.ckpt(scheme, self.plan.schemes)
+            trainer.save(latest)
+            fields = {"latest": latest.name}
+            if keep:
+                fields["path"] = self.folder.relative(self.folder.save_step_weights(trainer.model, scheme, it))
+            self.writer.write("checkpoint", scheme=scheme, step=it, **fields)
+
+    def _probe(self, it: int) -> None:
+        for scheme, trainer in self.trainers.items():
+            self.writer.write("probe", **self.recorder.probe(trainer.model, scheme, it))
+
+    def _progress(self, it: int, losses: dict, recent: list[float], tokens: int, started: float) -> None:
+        per_iter = sum(recent) / len(recent)
+        elapsed = time.monotonic() - started
+        done = it - self.start_step
+        eta = (elapsed / done) * (self.cfg.max_iters - it) if done else math.inf
+        if self.plan.max_time:
+            eta = min(eta, max(0.0, self.plan.max_time - elapsed))
+        shown = "  ".join(f"{s} {v:.4f}" for s, v in losses.items() if v is not None)
+        lr = next(iter(self.trainers.values())).last_lr if self.trainers else float("nan")
+        self.say(f"iter {it}/{self.cfg.max_iters}  {shown}  lr {lr:.2e}  "
+                 f"{tokens * len(losses) / per_iter:,.0f} tok/s  {per_iter * 1000:.1f} ms/it  ETA {_duration(eta)}",
+                 flush=True)
+
+    def _finish(self, it: int, stop: str | None) -> int:
+        if stop in ("SIGINT", "SIGTERM"):
+            self.writer.write("stopped", step=it, reason=stop)
+            self.say(f"stopped by {stop} at step {it}; {self.plan.out_dir} holds its checkpoint "
+                     f"(continue with --init_from=resume)")
+            return EXIT_SIGINT if stop == "SIGINT" else EXIT_OK
+        reason = stop or "max_iters"
+        self.writer.write("done", step=it, reason=reason)
+        self.say(f"done at step {it} ({reason}); checkpoints in {self.plan.out_dir}")
+        return EXIT_OK
+
+    def _all_diverged(self, it: int) -> int:
+        which = "the loss" if len(self.plan.schemes) == 1 else "every scheme's loss"
+        message = (f"{which} went non-finite ({self._diverged}); training stopped, and the last good checkpoint "
+                   f"(the latest eval's) is kept in {self.plan.out_dir}")
+        self.writer.write("error", step=it, message=message)
+        print(f"error: {message}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _saved_vocab(folder: Path):
+    from .data import read_saved_vocab
+
+    return read_saved_vocab(folder)
+
+
+def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"

@@ -1,0 +1,192 @@
+"""From a parsed command line to a `RunPlan`: the corpus, the configs, the device, the process
+group — every refusal made here, before a model is built or the run folder is touched.
+
+Why it is separate from the loop: every check here is cheap and closed-form (a config that will
+not fit in memory is refused from its parameter count, not by trying), and under torchrun every
+process makes the same checks before joining the process group, so a bad setting fails each of
+them at once instead of leaving the others waiting for a peer that has exited.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+from ..config import GPTConfig
+from ..init import INIT_SCHEMES
+from .config import CPU_RECIPE_MODEL, TrainConfig
+from .data import load_corpus
+from .loop import RunPlan
+from .run import RunFolder
+
+MEMORY_HEADROOM = 0.9  # refuse a run estimated above this share of the free memory
+
+
+class UsageError(ValueError):
+    """A command line that cannot run; the message names the setting and what to write instead."""
+
+
+@dataclasses.dataclass
+class Settings:
+    """The command line, parsed: values by group, and which names the user gave (not defaults)."""
+
+    run: dict
+    train: dict  # only what the command line set
+    model: dict  # only what the command line set
+    given: set = dataclasses.field(default_factory=set)
+
+
+def parse_schemes(text: str) -> tuple[str, ...]:
+    schemes = tuple(s.strip() for s in text.split(",") if s.strip())
+    unknown = [s for s in schemes if s not in INIT_SCHEMES]
+    if not schemes or unknown:
+        raise UsageError(f"--init={text}: {'unknown scheme ' + repr(unknown[0]) if unknown else 'no scheme given'}; "
+                         f"choose one or a comma list of {', '.join(INIT_SCHEMES)}")
+    if len(set(schemes)) != len(schemes):
+        raise UsageError(f"--init={text}: a scheme is listed twice; list each once")
+    return schemes
+
+
+def plan_run(settings: Settings, argv: list[str], world_size: int = 1, rank: int = 0) -> RunPlan:
+    run, given = settings.run, settings.given
+    folder = RunFolder(run["out_dir"])
+    resume = run["init_from"] == "resume"
+    if resume:
+        meta = folder.read_meta()
+        if settings.model:
+            name = next(iter(settings.model))
+            raise UsageError(f"--{name}: a resumed run's model comes from its checkpoint; drop the model settings "
+                             f"(or start a new run in another --out_dir)")
+        schemes = tuple(meta["schemes"])
+        if "init" in given and parse_schemes(run["init"]) != schemes:
+            raise UsageError(f"--init={run['init']}: the run in {folder.root} trains {','.join(schemes)}; "
+                             f"leave --init out to resume it")
+        train_values = {**meta["train_config"], **settings.train}
+        data = run["data"] if "data" in given else meta["corpus"].get("source")
+        tokenizer = run["tokenizer"] if "tokenizer" in given else meta["tokenizer"].get("kind", "char")
+        tokenizer = tokenizer if tokenizer in ("char", "gpt2") else "char"  # a prepared folder brings its own
+        probe_interval = run["probe_interval"] if "probe_interval" in given else meta.get("probe_interval", 0)
+        max_time = run["max_time"] if "max_time" in given else None
+    else:
+        if folder.exists() or folder.trace.exists():
+            raise UsageError(f"{folder.root} already holds a run; continue it with --init_from=resume (or --resume), "
+                             f"or choose another --out_dir")
+        schemes = parse_schemes(run["init"])
+        train_values = {**TrainConfig.cpu_recipe().to_dict(), **settings.train}
+        data, tokenizer = run["data"], run["tokenizer"]
+        probe_interval, max_time = run["probe_interval"], run["max_time"]
+
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = _pick_device(train_values.get("device") if ("device" in given or resume) else None, world_size, local_rank)
+    train_values["device"] = device
+    if device.startswith("cuda") and "dtype" not in given and not resume:
+        import torch
+
+        train_values["dtype"] = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"  # train.py's choice
+    train_config = TrainConfig.from_dict(train_values)
+    train_config.local_accumulation(world_size)  # refuse an accumulation the processes cannot share
+
+    corpus = load_corpus(data, tokenizer)
+    model_config = None
+    if not resume:
+        model_config = GPTConfig(**{**CPU_RECIPE_MODEL, "vocab_size": corpus.vocab_size, **settings.model})
+        corpus.check_vocab(model_config.vocab_size, what=f"--vocab_size={model_config.vocab_size}")
+        corpus.check_block_size(model_config.block_size)
+        check_fits(model_config, train_config, len(schemes), device)
+
+    init_distributed(world_size, device)
+    return RunPlan(out_dir=folder.root, train_config=train_config, model_config=model_config, corpus=corpus,
+                   schemes=schemes, probe_interval=probe_interval, max_time=max_time,
+                   log_interval=run["log_interval"], keep_every=run["keep_every"], resume=resume,
+                   command=["python", "-m", "gptcore.train", *argv],
+                   corpus_source=None if data is None else str(Path(data).expanduser().resolve()),
+                   world_size=world_size, rank=rank, device=device)
+
+
+def _pick_device(asked: str | None, world_size: int, local_rank: int) -> str:
+    import torch
+
+    if asked is None:
+        asked = "cuda" if torch.cuda.is_available() else "cpu"
+    if asked.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device={asked}: torch sees no CUDA GPU here; use --device=cpu")
+        if world_size > 1:
+            asked = f"cuda:{local_rank}"  # one GPU per process, as torchrun numbers them
+    else:
+        try:
+            torch.device(asked)
+        except RuntimeError:
+            raise UsageError(f"--device={asked}: not a device torch knows; use cpu or cuda") from None
+    return asked
+
+
+# -- processes ------------------------------------------------------------------------------------
+def init_distributed(world_size: int, device: str) -> None:
+    """Join torchrun's process group (nccl for CUDA, gloo on CPU); nothing for one process."""
+    if world_size <= 1:
+        return
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+    dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+
+
+def finish_distributed() -> None:
+    import sys
+
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+# -- memory ----------------------------------------------------------------------------------------
+def training_memory(model: GPTConfig, train: TrainConfig, n_schemes: int) -> int:
+    """Bytes one process needs, roughly: weights + gradients + Adam's two moments per scheme (fp32,
+    params.py), plus one micro-batch's activations (Korthikanti et al. 2022: s·b·h·(34 + 5·a·s/h)
+    bytes per layer at 16 bits; doubled in fp32) and the logits with their gradient."""
+    from ..params import count_parameters
+
+    b, s, h, a = train.batch_size, model.block_size, model.n_embd, model.n_head
+    act_scale = 1.0 if train.dtype in ("bfloat16", "float16") else 2.0
+    activations = s * b * h * (34 + 5 * a * s / h) * model.n_layer * act_scale
+    logits = 3 * b * s * model.vocab_size * 4  # logits, softmax, their gradient (fp32)
+    return int(n_schemes * count_parameters(model).training_bytes("fp32") + activations + logits)
+
+
+def free_memory(device: str) -> int | None:
+    """Bytes free on `device` now, or None when it cannot be told."""
+    if device.startswith("cuda"):
+        import torch
+
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_fits(model: GPTConfig, train: TrainConfig, n_schemes: int, device: str) -> int:
+    from ..params import format_bytes
+
+    need = training_memory(model, train, n_schemes)
+    free = free_memory(device)
+    if free is not None and need > MEMORY_HEADROOM * free:
+        raise UsageError(
+            f"this run needs about {format_bytes(need)} on {device} (weights, gradients and Adam state for "
+            f"{n_schemes} model(s) of {model.n_layer} layers × {model.n_embd} wide, plus activations of "
+            f"batch_size={train.batch_size} × block_size={model.block_size}) but only {format_bytes(free)} is "
+            f"free; make the model smaller (n_layer, n_embd), lower batch_size (raise gradient_accumulation_steps "
+            f"to keep the batch), or train fewer init schemes at once")
+    return need

@@ -1,0 +1,234 @@
+"""`python -m gptcore.train` end to end on a tiny config: the run folder, its trace, resume, several
+init schemes, stopping (signals, a non-finite loss) and the messages for bad input."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gptcore.train import main
+from gptcore.training.run import RunFolder
+from gptcore.training.trace import TraceReader, read_trace
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["--n_layer=1", "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=2", "--eval_iters=1",
+        "--eval_interval=4", "--probe_interval=4", "--log_interval=2", "--warmup_iters=2", "--lr_decay_iters=40"]
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    words = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far", "away", "home"]
+    text = " ".join(rng.choice(words, 1500)) + "\n"
+    path = tmp_path_factory.mktemp("data") / "tiny.txt"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def train(out, data, *extra) -> int:
+    return main([f"--data={data}", f"--out_dir={out}", *TINY, *extra])
+
+
+def state_of(ckpt: Path) -> dict:
+    from gptcore.training.checkpoint import read_checkpoint
+
+    ckpt_dict, _, state = read_checkpoint(ckpt)
+    return ckpt_dict, state
+
+
+def test_a_run_leaves_a_documented_folder_and_a_well_formed_trace(tmp_path, text_file):
+    out = tmp_path / "run"
+    assert train(out, text_file, "--max_iters=8") == 0
+    folder = RunFolder(out)
+    meta = folder.read_meta()
+    assert meta["schemes"] == ["gpt2"] and meta["model_config"]["n_embd"] == 16
+    assert meta["train_config"]["max_iters"] == 8 and meta["corpus"]["source"] == str(text_file.resolve())
+    assert meta["tokenizer"] == {"kind": "char", "vocab": "char_vocab.json"}
+    assert json.loads((out / "char_vocab.json").read_text())["chars"] == sorted(set(text_file.read_text()))
+
+    lines = (out / "trace.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]  # every line plain JSON
+    kinds = [r["kind"] for r in records]
+    assert kinds[0] == "start" and kinds[-1] == "done"
+    assert [r["step"] for r in records if r["kind"] == "train"] == list(range(8))
+    assert [r["step"] for r in records if r["kind"] == "eval"] == [0, 4, 8]
+    assert [r["step"] for r in records if r["kind"] == "checkpoint"] == [0, 4, 8]
+    first = next(r for r in records if r["kind"] == "train")
+    assert set(first["grad_norms"]) == {"embed", "pos_embed", "blocks.0", "ln_final"}
+    assert first["loss"] > 0 and first["lr"] > 0 and first["tokens_per_s"] > 0
+
+    probe = next(r for r in records if r["kind"] == "probe" and r["step"] == 8)
+    assert np.asarray(probe["census"]["previous_token"]).shape == (1, 2)
+    assert len(probe["residual"]["norms"]) == len(probe["residual"]["labels"]) == 3
+    pattern = np.load(out / probe["attention"]["file"], allow_pickle=False)
+    assert pattern.shape == (1, 2, 16, 16) == tuple(probe["attention"]["shape"])
+    assert np.allclose(pattern.astype(np.float32).sum(-1), 1.0, atol=1e-2)  # rows of a softmax
+    assert len(probe["attention"]["tokens"]) == 16
+    assert probe["icl"]["score"] == pytest.approx(probe["icl"]["late"] - probe["icl"]["early"], abs=1e-3)
+    assert isinstance(probe["sample"]["text"], str) and probe["sample"]["text"]
+
+    # the kept weights are the checkpoint's weights at that step
+    assert [s for s, _ in folder.steps("gpt2")] == [0, 4, 8]
+    model = folder.load_step("gpt2", 8)
+    ckpt, state = state_of(out / "ckpt.pt")
+    assert ckpt["iter_num"] == 8
+    assert torch.equal(model.state_dict()["blocks.0.attn.c_attn.weight"], state["blocks.0.attn.c_attn.weight"])
+
+
+def test_resume_continues_the_steps_and_equals_an_uninterrupted_run(tmp_path, text_file):
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    assert train(straight, text_file, "--max_iters=10") == 0
+    assert train(split, text_file, "--max_iters=6") == 0
+    assert main([f"--out_dir={split}", "--resume", "--max_iters=10"]) == 0  # data and settings from run.json
+
+    records = read_trace(split / "trace.jsonl")
+    starts = [r for r in records if r["kind"] == "start"]
+    assert [(s["step"], s["resumed"]) for s in starts] == [(0, False), (6, True)]
+    assert [r["step"] for r in records if r["kind"] == "train"] == list(range(10))
+    assert RunFolder(split).read_meta()["resumes"][0]["step"] == 6
+    _, a = state_of(straight / "ckpt.pt")
+    _, b = state_of(split / "ckpt.pt")
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-5, atol=1e-6)
+
+
+def test_several_init_schemes_train_side_by_side_into_one_folder(tmp_path, text_file):
+    out = tmp_path / "two"
+    assert train(out, text_file, "--max_iters=4", "--init=gpt2,pytorch-default") == 0
+    records = read_trace(out / "trace.jsonl")
+    for scheme in ("gpt2", "pytorch-default"):
+        assert [r["step"] for r in records if r["kind"] == "train" and r["scheme"] == scheme] == [0, 1, 2, 3]
+        assert {r["step"] for r in records if r["kind"] == "probe" and r["scheme"] == scheme} == {0, 4}
+        assert (out / f"ckpt-{scheme}.pt").is_file()
+    assert RunFolder(out).read_meta()["checkpoints"] == {"gpt2": "ckpt-gpt2.pt",
+                                                          "pytorch-default": "ckpt-pytorch-default.pt"}
+    first = {r["scheme"]: r["loss"] for r in records if r["kind"] == "train" and r["step"] == 0}
+    assert first["gpt2"] != first["pytorch-default"]  # different models (on the same batch)
+
+
+def test_a_non_finite_loss_stops_names_the_step_and_keeps_the_last_good_checkpoint(tmp_path, text_file, monkeypatch,
+                                                                                    capsys):
+    import gptcore.training.trainer as trainer_module
+
+    real = trainer_module.lm_loss
+    calls = {"n": 0}
+
+    def poisoned(logits, targets):
+        loss = real(logits, targets)
+        if not torch.is_grad_enabled():  # an eval
+            return loss
+        calls["n"] += 1
+        return loss * float("nan") if calls["n"] > 6 else loss  # training step 6 goes bad
+
+    monkeypatch.setattr(trainer_module, "lm_loss", poisoned)
+    out = tmp_path / "nan"
+    assert train(out, text_file, "--max_iters=12", "--probe_interval=0") == 1
+    records = read_trace(out / "trace.jsonl")
+    assert records[-1]["kind"] == "error"
+    bad = next(r for r in records if r["kind"] == "diverged")
+    assert f"step {bad['step']}" in records[-1]["message"] and "not finite" in records[-1]["message"]
+    assert "non-finite" in capsys.readouterr().err
+    ckpt, state = state_of(out / "ckpt.pt")
+    assert ckpt["iter_num"] == 4  # the last eval before the bad step
+    assert all(torch.isfinite(t).all() for t in state.values())
+
+
+def test_sigterm_during_a_run_saves_and_stops_cleanly(tmp_path, text_file, monkeypatch):
+    from gptcore.training.trainer import Trainer
+
+    real_step = Trainer.step
+
+    def step_then_signal(self, x, y):
+        loss = real_step(self, x, y)
+        if self.iter_num == 3:
+            os.kill(os.getpid(), signal.SIGTERM)  # the run's handler is installed: it asks the loop to stop
+        return loss
+
+    monkeypatch.setattr(Trainer, "step", step_then_signal)
+    out = tmp_path / "term"
+    assert train(out, text_file, "--max_iters=50") == 0
+    records = read_trace(out / "trace.jsonl")
+    assert records[-1] == {**records[-1], "kind": "stopped", "step": 3, "reason": "SIGTERM"}
+    assert state_of(out / "ckpt.pt")[0]["iter_num"] == 3
+
+
+def test_ctrl_c_in_a_real_process_leaves_a_loadable_checkpoint_while_a_reader_follows(tmp_path, text_file):
+    out = tmp_path / "ctrlc"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "gptcore.train", f"--data={text_file}", f"--out_dir={out}", *TINY,
+                             "--max_iters=100000", "--probe_interval=0"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        reader, seen, live = TraceReader(out / "trace.jsonl"), [], False
+        deadline = time.monotonic() + 120
+        while sum(r["kind"] == "train" for r in seen) < 5:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the run wrote no train records"
+            batch = reader.poll()
+            live |= bool(batch)
+            seen += batch
+            time.sleep(0.05)
+        assert live  # records arrived while the run was still going
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    seen += reader.poll()
+    steps = [r["step"] for r in seen if r["kind"] == "train"]
+    assert steps == list(range(len(steps)))  # in order, none lost, none repeated
+    assert seen[-1]["kind"] == "stopped" and seen[-1]["reason"] == "SIGINT"
+    assert state_of(out / "ckpt.pt")[0]["iter_num"] == seen[-1]["step"] == len(steps)
+    assert "--init_from=resume" in stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--max_iter=5"], "--max_iter: unknown setting; did you mean --max_iters?"),
+    (["--max_iters=five"], "--max_iters=five: expected a whole number"),
+    (["--bias=maybe"], "--bias=maybe: expected True or False"),
+    (["--init=gpt2,xavier"], "unknown scheme 'xavier'"),
+    (["--tokenizer=bpe"], "use char (one id per character) or gpt2"),
+    (["--n_head=3"], "n_head: n_embd=16 is not divisible by n_head=3"),
+    (["--learning_rate=-1"], "learning_rate: must be at least 0.0"),
+    (["--block_size=100000"], "fewer than block_size + 1"),
+    (["--n_layer=200", "--n_embd=16384", "--n_head=128"], "free; make the model smaller"),
+    (["--gradient_accumulation_steps=3", "--device=cuda"], "--device=cuda: torch sees no CUDA GPU"),
+    (["stray"], "unexpected argument 'stray'"),
+])
+def test_bad_settings_are_refused_with_a_message_before_anything_starts(tmp_path, text_file, capsys, args, message):
+    if "cuda" in " ".join(args) and torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    out = tmp_path / "bad"
+    assert train(out, text_file, *args) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not out.exists()  # nothing written
+
+
+def test_bad_data_and_folders_are_named(tmp_path, text_file, capsys):
+    binary = tmp_path / "blob.bin"
+    binary.write_bytes(b"\x00\x01" * 100)
+    assert main([f"--data={binary}", f"--out_dir={tmp_path / 'a'}"]) == 2
+    assert "is binary" in capsys.readouterr().err
+    assert main([f"--data={tmp_path / 'missing.txt'}", f"--out_dir={tmp_path / 'a'}"]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main([f"--out_dir={tmp_path / 'nothing'}", "--resume"]) == 2
+    assert "is not a run folder" in capsys.readouterr().err
+
+    out = tmp_path / "once"
+    assert train(out, text_file, "--max_iters=1", "--probe_interval=0") == 0
+    capsys.readouterr()
+    assert train(out, text_file, "--max_iters=1") == 2
+    assert "already holds a run; continue it with --init_from=resume" in capsys.readouterr().err
+    assert main([f"--out_dir={out}", "--resume", "--n_layer=3"]) == 2
+    assert "a resumed run's model comes from its checkpoint" in capsys.readouterr().err
