@@ -258,16 +258,22 @@ class PatchedDistribution:
 
 @dataclass(frozen=True)
 class HeadCensusResult:
-    """Every head's previous-token, duplicate-token and induction score (TL's head detector)."""
+    """Every head's previous-token and duplicate-token score (TL's head detector), induction
+    scored on repeats of varied length and offset (1.0 = perfect), and the position-copy score
+    (attention at one fixed offset on non-repeating tokens: the shortcut that fools a
+    fixed-length census) with that offset. gptcore.probes.census defines each."""
 
     previous_token: np.ndarray  # (L, nh)
     duplicate_token: np.ndarray  # (L, nh)
     induction: np.ndarray  # (L, nh)
-    sequence_length: int  # tokens of the repeated random sequences scored on
+    position_copy: np.ndarray  # (L, nh)
+    position_offset: np.ndarray  # (L, nh) int: the offset d of position_copy (key i-d)
+    sequence_length: int  # tokens of the random sequences scored on
     version: int
 
-    def rows(self) -> list[tuple[int, int, float, float, float]]:
-        """(layer, head, previous, duplicate, induction) for every head, in layer order."""
+    def rows(self) -> list[tuple[int, int, float, float, float, float, int]]:
+        """(layer, head, previous, duplicate, induction, position copy, its offset) per head, in layer order."""
         L, nh = self.previous_token.shape
         return [(l, h, float(self.previous_token[l, h]), float(self.duplicate_token[l, h]),
-                 float(self.induction[l, h])) for l in range(L) for h in range(nh)]
+                 float(self.induction[l, h]), float(self.position_copy[l, h]), int(self.position_offset[l, h]))
+                for l in range(L) for h in range(nh)]

@@ -243,6 +243,8 @@ class InterpretabilityMixin:
             result = HeadCensusResult(previous_token=census.previous_token.numpy(),
                                       duplicate_token=census.duplicate_token.numpy(),
                                       induction=census.induction.numpy(),
+                                      position_copy=census.position_copy.numpy(),
+                                      position_offset=census.position_offset.numpy(),
                                       sequence_length=int(census.tokens.shape[1]), version=self.version)
             self._census = result
             return result

@@ -6,7 +6,7 @@
 - Patching tab: a corrupted prompt of the same length; Run computes the residual,
   attention-output, MLP-output and head patching maps (progress, Cancel); clicking a cell
   shows the corrupted prompt's next-token distribution with that one cell patched.
-- Head census tab: every head's previous-token, duplicate-token and induction score.
+- Head census tab: every head's previous-token, duplicate-token, induction and position-copy score.
 
 A passive view (numpy in through `set_*`, intent out through signals); the controller
 (explorer/controllers/attribution.py) talks to the session.

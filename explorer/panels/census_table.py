@@ -1,5 +1,7 @@
-"""Head census as a sortable table: every head's previous-token, duplicate-token and
-induction score (TransformerLens's head-detector definition), and whether it is ablated.
+"""Head census as a sortable table: every head's previous-token and duplicate-token score
+(TransformerLens's head-detector definition), induction on repeats of varied length and
+offset, position-copy (attention at one fixed offset, whatever the tokens: the shortcut a
+fixed-length census mistakes for induction), and whether it is ablated.
 
 Numbers are stored as numbers (Qt's DisplayRole with a float), so sorting is numeric;
 double-clicking a row asks to ablate (or restore) that head.
@@ -12,7 +14,8 @@ import io
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem
 
-COLUMNS = ("layer", "head", "previous-token", "duplicate-token", "induction", "ablated")
+COLUMNS = ("layer", "head", "previous-token", "duplicate-token", "induction", "position-copy", "ablated")
+ABLATED = COLUMNS.index("ablated")
 
 
 class CensusTable(QTableWidget):
@@ -28,27 +31,33 @@ class CensusTable(QTableWidget):
         self.setSortingEnabled(True)
         self.verticalHeader().hide()
         self.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.setToolTip("Scores on repeated random tokens (TransformerLens's head detector: attention mass on the "
-                        "detection pattern, averaged over query rows). A perfect duplicate or induction head scores "
-                        "≈ 0.5 there (only the second half has targets). Double-click a row to ablate that head.")
+        self.setToolTip("Previous- and duplicate-token: TransformerLens's head detector on random tokens repeated "
+                        "twice (a perfect duplicate head scores ≈ 0.5: only the second half has targets). "
+                        "Induction: attention on what followed the earlier copy, on segments repeated at a different "
+                        "length and distance in every row (1.0 = perfect; a head attending by position scores "
+                        "≤ 0.125). Position-copy: the most attention a head pays at one fixed offset on random "
+                        "tokens without repeats (the offset is in the cell's tooltip). Double-click a row to ablate "
+                        "that head.")
         self.horizontalHeader().setSortIndicator(0, Qt.SortOrder.AscendingOrder)  # layer order until a click
         self.cellDoubleClicked.connect(self._on_double_click)
-        self._rows: list[tuple[int, int, float, float, float]] = []
+        self._rows: list[tuple[int, int, float, float, float, float, int]] = []
 
     def set_census(self, rows, ablated=()) -> None:
-        """rows: (layer, head, previous, duplicate, induction) per head; ablated: (layer, head) pairs."""
+        """rows: (layer, head, previous, duplicate, induction, position copy, its offset) per head;
+        ablated: (layer, head) pairs."""
         ablated = set(ablated)
         self._rows = list(rows)
         sort_column = self.horizontalHeader().sortIndicatorSection()
         order = self.horizontalHeader().sortIndicatorOrder()
         self.setSortingEnabled(False)  # filling a sorted table reorders rows under our feet
         self.setRowCount(len(self._rows))
-        for r, (layer, head, prev, dup, ind) in enumerate(self._rows):
-            for c, value in enumerate((layer, head, prev, dup, ind)):
+        for r, (layer, head, prev, dup, ind, pos, offset) in enumerate(self._rows):
+            for c, value in enumerate((layer, head, prev, dup, ind, pos)):
                 item = QTableWidgetItem()
                 item.setData(Qt.ItemDataRole.DisplayRole, round(float(value), 3) if c >= 2 else int(value))
                 self.setItem(r, c, item)
-            self.setItem(r, 5, QTableWidgetItem("ablated" if (layer, head) in ablated else ""))
+            self.item(r, ABLATED - 1).setToolTip(f"attends {offset} tokens back (key i−{offset})")
+            self.setItem(r, ABLATED, QTableWidgetItem("ablated" if (layer, head) in ablated else ""))
         self.setSortingEnabled(True)
         self.sortItems(sort_column, order)
 
@@ -60,7 +69,7 @@ class CensusTable(QTableWidget):
         ablated = set(ablated)
         for r in range(self.rowCount()):
             key = (int(self.item(r, 0).data(Qt.ItemDataRole.DisplayRole)), int(self.item(r, 1).data(Qt.ItemDataRole.DisplayRole)))
-            self.item(r, 5).setText("ablated" if key in ablated else "")
+            self.item(r, ABLATED).setText("ablated" if key in ablated else "")
 
     def head_at(self, row: int) -> tuple[int, int]:
         return (int(self.item(row, 0).data(Qt.ItemDataRole.DisplayRole)),
@@ -75,7 +84,8 @@ class CensusTable(QTableWidget):
     def csv_text(self) -> str:
         out = io.StringIO()
         writer = csv.writer(out)
-        writer.writerow(["layer", "head", "previous_token", "duplicate_token", "induction"])
-        for layer, head, prev, dup, ind in self._rows:
-            writer.writerow([layer, head, f"{prev:.6g}", f"{dup:.6g}", f"{ind:.6g}"])
+        writer.writerow(["layer", "head", "previous_token", "duplicate_token", "induction", "position_copy",
+                         "position_offset"])
+        for layer, head, prev, dup, ind, pos, offset in self._rows:
+            writer.writerow([layer, head, f"{prev:.6g}", f"{dup:.6g}", f"{ind:.6g}", f"{pos:.6g}", offset])
         return out.getvalue()

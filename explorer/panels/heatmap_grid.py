@@ -280,7 +280,7 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
         self._census = induction
         L, nh = self._L, self._nh
         values = induction if induction is not None and induction.shape == (L, nh) else np.full((L, nh), np.nan)
-        self.stat_images["induction"].setImage(np.asarray(values, np.float32), autoLevels=False, levels=(0.0, 0.5))
+        self.stat_images["induction"].setImage(np.asarray(values, np.float32), autoLevels=False, levels=(0.0, 1.0))
         self.stat_images["induction"].setRect(QRectF(0, 0, max(nh, 1), max(L, 1)))
         self.stat_plots["induction"].setXRange(0, max(nh, 1), padding=0)
         if "induction" in self._stats or induction is not None:

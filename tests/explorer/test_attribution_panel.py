@@ -72,7 +72,7 @@ def test_clicking_a_head_ablates_it_for_every_panel_and_reset_restores(qtbot, vi
     with qtbot.waitSignal(view.controller.drawn, timeout=WAIT):
         view.view.heads.cellClicked.emit(0, 4)  # the MLP column
     assert session.ablation.mlps == (0,)
-    qtbot.waitUntil(lambda: view.view.census.item(0, 5) is not None, timeout=WAIT)
+    qtbot.waitUntil(lambda: view.view.census.item(0, 6) is not None, timeout=WAIT)
     with qtbot.waitSignal(view.controller.drawn, timeout=WAIT):
         view.view.reset_button.click()
     assert not session.ablation.active and view.view.ablation_label.text() == "nothing ablated"
@@ -145,7 +145,11 @@ def test_export_csv_and_png(qtbot, view, tmp_path):
     c.export("bars", "csv", str(tmp_path / "bars.csv"))
     assert list(csv.reader(open(tmp_path / "bars.csv")))[1][0] == "embed"
     c.export("census", "csv", str(tmp_path / "census.csv"))
-    assert len(list(csv.reader(open(tmp_path / "census.csv")))) == 9
+    census_rows = list(csv.reader(open(tmp_path / "census.csv")))
+    assert len(census_rows) == 9
+    assert census_rows[0][4:] == ["induction", "position_copy", "position_offset"]
+    assert float(census_rows[6][5]) == pytest.approx(float(c.census.position_copy[1, 1]), rel=1e-5)
+    assert int(census_rows[6][6]) == int(c.census.position_offset[1, 1]) >= 2
     c.export("heads", "png", str(tmp_path / "heads.png"))
     assert (tmp_path / "heads.png").stat().st_size > 1000
     c.export("census", "png", str(tmp_path / "census.png"))
@@ -222,3 +226,21 @@ def test_a_model_swap_clears_the_panel_and_redraws_for_the_new_model(qtbot, view
     assert view.view.heads.values.shape == (3, 3) and not session.ablation.active
     assert view.view.ablation_label.text() == "nothing ablated"
     qtbot.waitUntil(lambda: view.view.census.rowCount() == 6, timeout=WAIT)
+
+
+def test_the_census_table_shows_position_copy_heads_in_their_own_column(qtbot):
+    from PySide6.QtCore import Qt
+
+    from explorer.panels.census_table import COLUMNS, CensusTable
+
+    table = CensusTable()
+    qtbot.addWidget(table)
+    rows = [(0, 0, 0.9, 0.0, 0.02, 0.05, 2), (0, 1, 0.0, 0.1, 0.05, 0.97, 19), (1, 0, 0.1, 0.0, 0.81, 0.03, 7)]
+    table.set_census(rows, ablated=[(1, 0)])
+    col = COLUMNS.index("position-copy")
+    assert table.horizontalHeaderItem(col).text() == "position-copy"
+    table.sortItems(col, Qt.SortOrder.DescendingOrder)
+    assert table.head_at(0) == (0, 1) and table.item(0, col).data(Qt.ItemDataRole.DisplayRole) == 0.97
+    assert "19 tokens back" in table.item(0, col).toolTip()
+    ablated = [r for r in range(3) if table.item(r, COLUMNS.index("ablated")).text() == "ablated"]
+    assert [table.head_at(r) for r in ablated] == [(1, 0)]

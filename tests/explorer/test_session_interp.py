@@ -167,3 +167,4 @@ def test_head_census_is_cached_per_version(session):
     session.set_ablation([(0, 0)])
     assert session.head_census() is not c
     assert len(c.rows()) == 8 and c.rows()[5][:2] == (1, 1)
+    assert c.position_copy.shape == c.induction.shape == (2, 4) and c.rows()[5][5] == float(c.position_copy[1, 1])
