@@ -76,7 +76,11 @@ class Trainer:
 
     Under an initialised torch.distributed process group the model is wrapped in DDP and each
     process runs gradient_accumulation_steps // world_size micro-steps (TrainConfigError if that
-    does not divide). `fused` chooses AdamW's implementation (None: nanoGPT's choice).
+    does not divide). Weights then equal one process's up to float summation order — except a
+    key bias (bias=True): its gradient is zero in exact arithmetic, and Adam scales the differing
+    float noise of 1 vs N processes up to lr-sized steps (harmless: a key bias cannot change
+    attention). `fused` chooses AdamW's implementation (None: nanoGPT's choice).
+    Under DDP call `save` on rank 0 only.
     """
 
     def __init__(self, model: nn.Module, train_config: TrainConfig, *, device=None, fused: bool | None = None):
