@@ -14,6 +14,11 @@ Per prompt length, what is timed (median over the edits):
   on both alike;
 - draw_ms: drawing alone (set_attention + the zoomed head + both repaints) for a new
   result after a one-token edit, the case typing produces.
+Past block_size (e.g. --tokens 1000,2000 on GPT-2's 1,024) the keys append instead ("x", then a
+space, and so on: a new token every other key), as typing on at the end of a long text does, and
+worst_ms is the slowest key: the window is cropped with slack (it moves on block_size/8 tokens at
+a time, gptcore.probes.capture.slack_step), so most keys reuse its prefix and the key that moves
+it recomputes it all. `--crop-step 1` measures the old exact crop (the window slid every token).
 Then generation_ratio: greedy tokens/s of the generation pane (its own rate: tokens after the
 first over their time, streamed through the runner to the view) over gptcore's `generate` on
 the same model and prompt in this process, the same way (`gptcore.bench`'s decode loop).
@@ -73,6 +78,7 @@ class _Waiter:
 
 
 def bench_attention(app, session, runner, tokens: int, edits: int, recompute: bool = True) -> dict:
+    """Median keystroke, recompute and drawing times at one prompt length (module docstring)."""
     from PySide6.QtCore import Qt
     from PySide6.QtTest import QTest
 
@@ -93,13 +99,19 @@ def bench_attention(app, session, runner, tokens: int, edits: int, recompute: bo
     prompt.setFocus()
     prompt.moveCursor(prompt.textCursor().MoveOperation.End)
     times = {True: [], False: []}
+    append = tokens > session.config.block_size  # past the window: type on, so the prompt keeps growing
+    typed = text + " "
     for i in range(4 * max(1, (edits + 1) // 2)):
         reuse = (i // 2) % 2 == 0 or not recompute  # pairs of edits (x, Backspace) with reuse, then without
         session.prefix_reuse = reuse
         wait(idle)
         time.sleep(0.1)
         app.processEvents()
-        key, target = (Qt.Key.Key_X, text + " x") if i % 2 == 0 else (Qt.Key.Key_Backspace, text + " ")
+        if append:
+            key, typed = (Qt.Key.Key_X, typed + "x") if i % 2 == 0 else (Qt.Key.Key_Space, typed + " ")
+            target = typed
+        else:
+            key, target = (Qt.Key.Key_X, text + " x") if i % 2 == 0 else (Qt.Key.Key_Backspace, text + " ")
         drawn.clear()
         t0 = time.perf_counter()
         QTest.keyClick(prompt, key)
@@ -109,8 +121,8 @@ def bench_attention(app, session, runner, tokens: int, edits: int, recompute: bo
         times[reuse].append(time.perf_counter() - t0)
     session.prefix_reuse = True
     # Drawing alone: alternate two results one token apart, as typing does.
-    a = session.attention(text + " x", full_layers=(view.controller.selected[0],), thumb_size=view.controller.thumb_size)
-    b = session.attention(text + " ", full_layers=(view.controller.selected[0],), thumb_size=view.controller.thumb_size)
+    a = session.attention(typed + "x", full_layers=(view.controller.selected[0],), thumb_size=view.controller.thumb_size)
+    b = session.attention(typed, full_layers=(view.controller.selected[0],), thumb_size=view.controller.thumb_size)
     draws = []
     for i in range(2 * edits):
         result = (a, b)[i % 2]
@@ -121,7 +133,9 @@ def bench_attention(app, session, runner, tokens: int, edits: int, recompute: bo
         view.view.grid.viewport().repaint()
         view.view.zoom.viewport().repaint()
         draws.append(time.perf_counter() - t0)
-    out = dict(tokens=int(view.controller.result.n_tokens), keystroke_ms=round(_median_ms(times[True]), 1),
+    last = view.controller.result
+    out = dict(tokens=int(last.total_tokens), window=int(last.n_tokens), keystroke_ms=round(_median_ms(times[True]), 1),
+               worst_ms=round(max(times[True]) * 1000, 1),
                recompute_ms=round(_median_ms(times[False]), 1) if recompute else None, draw_ms=round(_median_ms(draws), 1),
                debounce_ms=view.controller.timer.interval(), cache_mb=round(session.attention_cache_bytes() / 2**20, 1))
     runner.wait_all(10000)
@@ -186,6 +200,8 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     p.add_argument("--new-tokens", type=int, default=64, help="greedy tokens per generation run (0: skip)")
     p.add_argument("--no-recompute", action="store_true", help="skip the reuse-off edits (big shapes: minutes each)")
+    p.add_argument("--crop-step", type=int, default=0,
+                   help="past block_size, drop this many tokens at a time (0: the app's block_size/8; 1: exact crop)")
     p.add_argument("--json", action="store_true", help="print one JSON list instead of text")
     args = p.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -200,6 +216,10 @@ def main(argv=None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.crop_step:  # the session asks gptcore.probes.attention for its step; answer with the one asked for
+        import gptcore.probes.attention as probes_attention
+
+        probes_attention.slack_step = lambda _block: args.crop_step
     app = QApplication.instance() or QApplication([])
     if args.shape == "tiny":
         session = Session.tiny()
@@ -218,7 +238,8 @@ def main(argv=None) -> int:
         rows.append(row)
         versus = (f"   recompute {row['recompute_ms']:7.1f} ms   ratio {row['keystroke_ms'] / row['recompute_ms']:.3f}"
                   if row["recompute_ms"] is not None else "")
-        say(f"{row['tokens']:5d} tokens: keystroke {row['keystroke_ms']:7.1f} ms{versus}   drawing {row['draw_ms']:6.1f} ms"
+        window = f" (window {row['window']}, slowest key {row['worst_ms']:.0f} ms)" if row["window"] < row["tokens"] else ""
+        say(f"{row['tokens']:5d} tokens{window}: keystroke {row['keystroke_ms']:7.1f} ms{versus}   drawing {row['draw_ms']:6.1f} ms"
             f"   (debounce {row['debounce_ms']} ms; kept state {row['cache_mb']} MB)")
     if args.new_tokens:
         gen = bench_generation(app, session, runner, args.new_tokens)

@@ -131,6 +131,7 @@ class AttentionResult:
     forward_s: float  # seconds the capture forward took
     reused_tokens: int = 0  # leading tokens served from the previous prompt's kept state
     exact: bool = False  # the thumbnails are the full patterns (no pooling), as gptcore decided
+    crop_step: int = 1  # past block_size the window's start moves this many tokens at a time (crop with slack)
 
     @property
     def n_layer(self) -> int:

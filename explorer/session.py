@@ -249,7 +249,7 @@ class Session(InterpretabilityMixin):
         """Every layer's and head's attention for `text` (cropped from the left to block_size)."""
         import time
 
-        from gptcore.probes.attention import AttentionState
+        from gptcore.probes.attention import AttentionState, slack_step
 
         if self.model is None:
             raise RuntimeError("no model is loaded yet; wait for loading to finish or open one from the File menu")
@@ -260,7 +260,9 @@ class Session(InterpretabilityMixin):
             if prepend_bos and bos is None:
                 raise ValueError("this model's tokenizer has no end-of-text token to prepend: untick "
                                  "'prepend <|endoftext|>'")
-            settings = dict(full_layers=full_layers, thumb_size=thumb_size, lens_top_k=lens_top_k, bos=bos)
+            # Past block_size the window moves on by an eighth at a time, so keys reuse its prefix.
+            settings = dict(full_layers=full_layers, thumb_size=thumb_size, lens_top_k=lens_top_k, bos=bos,
+                            crop_step=slack_step(model.config.block_size))
             state = self._attention_state
             if not self.prefix_reuse:  # a plain one-shot capture; the kept state stays as it is
                 state = AttentionState(model, **settings, keep=False)
@@ -287,6 +289,7 @@ class Session(InterpretabilityMixin):
             lens_ids=lens_ids, lens_probs=lens_probs,
             lens_tokens=tuple(tuple(self.token_strings(row)) for row in lens_ids),
             version=version, forward_s=elapsed, reused_tokens=cap.meta.get("reused_tokens", 0),
+            crop_step=settings["crop_step"],
         )
 
     def clear_attention_cache(self) -> None:

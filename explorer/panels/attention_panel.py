@@ -135,10 +135,7 @@ class AttentionPanel(QWidget):
         crop = f"  ({result.cropped} cropped)" if result.cropped else ""
         self.count_label.setText(f"{T} / {result.block_size} tokens{crop}")
         if result.cropped:
-            self.crop_note.setText(
-                f"The prompt is {result.total_tokens} tokens but this model reads at most {result.block_size}: "
-                f"showing the last {T - int(result.bos_added)}; the first {result.cropped} were cropped."
-            )
+            self.crop_note.setText(crop_note_text(result, T - int(result.bos_added)))
             self.crop_note.show()
         else:
             self.crop_note.hide()
@@ -210,3 +207,16 @@ class AttentionPanel(QWidget):
             return
         q = query if query >= 0 else len(self._zoom_row) - 1
         self.chips.set_weights(self._zoom_row[q], focus=q)
+
+
+def crop_note_text(result, shown: int) -> str:
+    """What the window shows of an over-long prompt, and why it may be shorter than block_size:
+    the start moves on by whole steps (crop with slack), so the keys typed next reuse it."""
+    text = (f"The prompt is {result.total_tokens:,} tokens but this model reads at most {result.block_size:,}: "
+            f"showing tokens {result.cropped + 1:,}–{result.total_tokens:,} (the last {shown:,}); "
+            f"the first {result.cropped:,} were cropped.")
+    step = result.crop_step
+    if step > 1:
+        text += (f" The window moves on {step:,} tokens at a time, so the next keys you type reuse "
+                 f"its start instead of recomputing all {shown:,}.")
+    return text

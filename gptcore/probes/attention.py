@@ -24,11 +24,11 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from .capture import (AttentionCapture, DEFAULT_THUMB_SIZE, capture_bytes, crop_to_block, pool_pattern,
-                      pooling_edges, pooling_width)
+                      pooling_edges, pooling_width, slack_step)
 from .incremental import AttentionState
 
 __all__ = ["AttentionCapture", "AttentionState", "DEFAULT_THUMB_SIZE", "capture_attention", "capture_bytes",
-           "crop_to_block", "pool_pattern", "pooling_edges", "pooling_width"]
+           "crop_to_block", "pool_pattern", "pooling_edges", "pooling_width", "slack_step"]
 
 
 def capture_attention(
@@ -39,14 +39,15 @@ def capture_attention(
     thumb_size: int = DEFAULT_THUMB_SIZE,
     lens_top_k: int = 5,
     bos: int | None = None,
+    crop_step: int = 1,
 ) -> AttentionCapture:
     """Run `ids` once and capture attention as described in the module docstring.
 
-    ids longer than block_size are cropped from the left (reported in `.cropped`); `bos`,
-    if given, is put in front (TransformerLens's prepend_bos). An empty prompt returns an
-    empty capture instead of running the model. To reuse an unchanged prefix across calls,
-    keep an `AttentionState` instead.
+    ids longer than block_size are cropped from the left (reported in `.cropped`, a multiple of
+    `crop_step`: see capture.crop_to_block); `bos`, if given, is put in front (TransformerLens's
+    prepend_bos). An empty prompt returns an empty capture instead of running the model. To
+    reuse an unchanged prefix across calls, keep an `AttentionState` instead.
     """
     state = AttentionState(model, full_layers=full_layers, thumb_size=thumb_size, lens_top_k=lens_top_k,
-                           bos=bos, keep=False)
+                           bos=bos, keep=False, crop_step=crop_step)
     return state.capture(ids)

@@ -40,17 +40,33 @@ class AttentionCapture(PatternFields):
     meta: dict = field(default_factory=dict)  # reused_tokens, computed_tokens (incremental runs)
 
 
-def crop_to_block(ids: Sequence[int], block_size: int, bos: int | None = None) -> tuple[list[int], int]:
+def crop_to_block(ids: Sequence[int], block_size: int, bos: int | None = None,
+                  step: int = 1) -> tuple[list[int], int]:
     """Keep the last tokens that fit `block_size` (with `bos` in front if given).
 
     Left-cropping keeps what the user typed last, which is what the attention at the end of
     the prompt depends on. Returns (ids, number of the user's tokens dropped).
+
+    `step` > 1 crops with slack: the number dropped is rounded up to a multiple of `step`, so
+    the window's first token moves only every `step` tokens. Cropping exactly (step 1) moves
+    every position at every keystroke past block_size, and each key is then a full forward
+    (9.5 s at 2,002 tokens, block 1024); with slack the next keys append to an unchanged
+    window and reuse its prefix. The price: up to `step - 1` fewer tokens of context.
     """
     room = block_size - (1 if bos is not None else 0)
     ids = list(ids)
-    cropped = max(0, len(ids) - room)
+    over = len(ids) - room
+    step = max(1, min(int(step), room))
+    cropped = 0 if over <= 0 else min(len(ids), -(-over // step) * step)
     kept = ids[cropped:]
     return ([bos] if bos is not None else []) + kept, cropped
+
+
+def slack_step(block_size: int) -> int:
+    """The crop step a live view uses: an eighth of the window (128 tokens of GPT-2's 1,024).
+    Each step costs one full forward per `step` keys past block_size and at most `step - 1`
+    tokens of context; an eighth keeps both small."""
+    return max(1, int(block_size) // 8)
 
 
 def check_capture_args(cfg, ids: Sequence[int], full_layers, thumb_size: int) -> list[int]:

@@ -17,6 +17,10 @@ scripts). Memory (float32, besides the model): keys and values L·2·nh·block·
 L·nh·(2t)²; row stats 3·L·nh·block; full rows per kept layer nh·T². GPT-2 small: 75 + 9.4 +
 1.8 MB (+ 48 MB per full layer at T=1000); XL: 629 + 79 + 15 MB (+ 100 MB per full layer).
 
+Past block_size the prompt is cropped with slack (`crop_step`, see capture.crop_to_block): the
+window's start moves only every `crop_step` tokens, so keys typed in between append to an
+unchanged window and reuse its prefix like any other keystroke.
+
 The state serves one model and one set of settings (`matches`); the session drops it on a
 model swap, a settings change or an intervention. Not thread-safe: run it under the lock that
 guards the model.
@@ -52,11 +56,12 @@ class AttentionState:
     uses, so a fresh capture and an incremental one share every line that shapes a result."""
 
     def __init__(self, model, *, full_layers: Iterable[int] = (), thumb_size: int = DEFAULT_THUMB_SIZE,
-                 lens_top_k: int = 5, bos: int | None = None, keep: bool = True):
+                 lens_top_k: int = 5, bos: int | None = None, keep: bool = True, crop_step: int = 1):
         cfg = model.config
         self.model, self.keep = model, keep
         self.full_layers = check_capture_args(cfg, [], full_layers, thumb_size)
         self.thumb_size, self.lens_top_k, self.bos = int(thumb_size), int(lens_top_k), bos
+        self.crop_step = max(1, int(crop_step))
         self.ids: list[int] = []  # what the cached parts describe (model input: cropped, BOS first)
         self.fine = 1
         self._kv = None  # KVCache, made on first keep=True run
@@ -64,10 +69,12 @@ class AttentionState:
         self._rows = None  # (3, L, nh, block) entropy, prev-token, first-token per query row
         self._full: dict[int, torch.Tensor] = {}  # layer -> (nh, cap, cap) full rows
 
-    def matches(self, model, *, full_layers=(), thumb_size=DEFAULT_THUMB_SIZE, lens_top_k=5, bos=None) -> bool:
+    def matches(self, model, *, full_layers=(), thumb_size=DEFAULT_THUMB_SIZE, lens_top_k=5, bos=None,
+                crop_step=1) -> bool:
         """True when this state was built for the same model and settings."""
         return (model is self.model and sorted({int(x) for x in full_layers}) == self.full_layers
-                and int(thumb_size) == self.thumb_size and int(lens_top_k) == self.lens_top_k and bos == self.bos)
+                and int(thumb_size) == self.thumb_size and int(lens_top_k) == self.lens_top_k and bos == self.bos
+                and max(1, int(crop_step)) == self.crop_step)
 
     def reset(self) -> None:
         self.ids = []
@@ -84,7 +91,7 @@ class AttentionState:
     # -- the capture -------------------------------------------------------------------
     def capture(self, ids: Sequence[int]) -> AttentionCapture:
         cfg = self.model.config
-        ids, cropped = crop_to_block(ids, cfg.block_size, self.bos)
+        ids, cropped = crop_to_block(ids, cfg.block_size, self.bos, self.crop_step)
         check_capture_args(cfg, ids, (), self.thumb_size)
         T, L, nh = len(ids), cfg.n_layer, cfg.n_head
         if T == 0:

@@ -152,3 +152,53 @@ def test_failed_run_leaves_no_half_written_cache(model):
     got = state.capture(ids + [4])
     assert got.meta["reused_tokens"] == 0  # started over
     assert_same_capture(got, capture_attention(model, ids + [4], thumb_size=8), "after a failed run")
+
+
+# -- past block_size: crop with slack (issue 23) ----------------------------------------------------
+
+def test_crop_with_slack_drops_whole_steps_from_the_front():
+    from gptcore.probes.capture import crop_to_block
+
+    assert crop_to_block(list(range(8)), 8, step=4) == (list(range(8)), 0)  # fits: nothing dropped
+    assert crop_to_block(list(range(9)), 8, step=4) == (list(range(4, 9)), 4)  # one over: a whole step
+    assert crop_to_block(list(range(12)), 8, step=4) == (list(range(4, 12)), 4)  # the window refilled
+    assert crop_to_block(list(range(13)), 8, step=4) == (list(range(8, 13)), 8)
+    assert crop_to_block(list(range(13)), 8, bos=99, step=4) == ([99] + list(range(8, 13)), 8)
+    assert crop_to_block(list(range(13)), 8, step=1) == (list(range(5, 13)), 5)  # exact, as before
+    assert crop_to_block(list(range(5)), 2, step=64) == ([4], 4)  # a step wider than the window is capped
+
+
+@pytest.mark.parametrize("bos", [None, 0])
+def test_typing_past_block_size_with_slack_reuses_the_window_and_equals_a_full_recompute(model, bos):
+    """Each key past block_size appends to an unchanged window (prefix reuse), except when the
+    window moves on by a whole step; every capture equals a one-shot run of the same window."""
+    step = BLOCK // 8
+    rng = random.Random(5)
+    state = AttentionState(model, thumb_size=8, full_layers=(1,), bos=bos, crop_step=step)
+    ids = [rng.randrange(1, VOCAB) for _ in range(BLOCK - 3)]
+    reused_keys, full_keys, starts = 0, 0, set()
+    for _key in range(3 * BLOCK):
+        ids.append(rng.randrange(1, VOCAB))
+        got = state.capture(ids)
+        window = ids[got.cropped:]
+        assert got.cropped % step == 0 and got.token_ids[int(bos is not None):] == window
+        want = capture_attention(model, window, thumb_size=8, full_layers=(1,), bos=bos)  # exact crop: none needed
+        assert want.cropped == 0
+        assert_same_capture(dataclasses_replace_cropped(got, 0), want, f"{len(ids)} tokens")
+        if got.cropped:
+            starts.add(got.cropped)
+            reused_keys += got.meta["reused_tokens"] > 0
+            full_keys += got.meta["reused_tokens"] == 0
+    assert len(starts) > 3  # the window did move on, several times
+    assert full_keys <= len(starts) + 1 and reused_keys >= 4 * full_keys  # step - 1 of every step keys reuse
+
+
+def dataclasses_replace_cropped(capture, cropped: int):
+    import dataclasses
+
+    return dataclasses.replace(capture, cropped=cropped)
+
+
+def test_matches_tells_crop_steps_apart(model):
+    state = AttentionState(model, crop_step=16)
+    assert state.matches(model, crop_step=16) and not state.matches(model)
