@@ -122,7 +122,7 @@ def install_exception_hook(window_getter) -> None:
         exc.__traceback__ = tb
         window = window_getter()
         if window is not None:
-            window.report_error("Unexpected error", exc)
+            window.ctx.report_error(exc, "Unexpected error", inline=False)
         else:
             from .errors import log_exception
 

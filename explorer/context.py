@@ -1,5 +1,5 @@
-"""What a panel's controller gets from the app: the session, the task runner, and the
-window's services behind one error path.
+"""What a panel's controller gets from the app: the session, its events on the GUI thread,
+the task runner, and the window's services behind one error path.
 
 Why one object: controllers used to reach for `ctx.window` themselves, each with its own
 guard (`hasattr`, `is not None`) and its own idea of which errors deserve a dialog. Here
@@ -7,13 +7,21 @@ every error goes through `report_error`, which logs it, applies the one rule (an
 problem we diagnosed is shown where it happened; anything else is a bug and also opens the
 error dialog) and hands back the words to show. Panel unit tests pass `window=None`; the
 services then log instead of drawing.
+
+`signals.event` carries the session's typed events (explorer/session_events.py) to the GUI
+thread: the session sends them on whichever thread changed it, and a Qt signal emitted there
+is queued to its receivers here. Every controller and the window listen to it; nobody else
+tells views that something changed.
 """
 from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+import shiboken6
+from PySide6.QtCore import QObject, Signal
 
 from .errors import Explanation, explain, log_exception
 
@@ -32,8 +40,32 @@ class WindowServices(Protocol):
     def show_message(self, text: str, timeout_ms: int = 0) -> None: ...
     def set_activity(self, text: str) -> None: ...
     def show_error_dialog(self, heading: str, message: str) -> None: ...
-    def notify_model_changed(self) -> None: ...
-    def notify_ablation_changed(self) -> None: ...
+
+
+class SessionSignals(QObject):
+    """The session's events as a Qt signal on the GUI thread (see the module docstring)."""
+
+    event = Signal(object)  # a ModelSwapped, AblationChanged, SettingsChanged or TrainingStepShown
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self._unsubscribe: Callable[[], None] | None = None
+
+    def follow(self, session: "Session | None") -> None:
+        """Listen to `session` (and stop listening to the previous one)."""
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        if session is not None:
+            self._unsubscribe = session.events.subscribe(self._forward)
+
+    def _forward(self, event) -> None:
+        # Any thread. After the app closed the window (its views gone), there is no one to tell.
+        if shiboken6.isValid(self):
+            try:
+                self.event.emit(event)
+            except RuntimeError:
+                pass
 
 
 @dataclass
@@ -42,14 +74,28 @@ class PanelContext:
     runner: "TaskRunner"
     window: WindowServices | None = None  # None in panel unit tests
     prompt: str | None = None  # initial prompt from --prompt, if any
+    signals: SessionSignals = field(default_factory=SessionSignals, repr=False)
 
-    def report_error(self, exc: BaseException | str, title: str) -> Explanation:
-        """Log `exc`; open the error dialog unless it is an input problem we diagnosed
-        ("Input not usable", invalid config, unloadable file…); return what to show inline."""
+    def __post_init__(self) -> None:
+        self.signals.follow(self.session)
+
+    def attach(self, session: "Session") -> None:
+        """The session exists now (the app creates it in a worker): follow its events."""
+        self.session = session
+        self.signals.follow(session)
+
+    def report_error(self, exc: BaseException | str, title: str, *, after: str = "",
+                     inline: bool = True) -> Explanation:
+        """THE error path of the app. Log `exc`; open the error dialog unless it is an input
+        problem we diagnosed (a UserError, or a ValueError of ours) and the caller shows
+        `.inline` where it happened; return the explanation. `after` says what the app did
+        about it (e.g. which model is loaded now); `inline=False`: the caller has no place of
+        its own (loading a model), so the dialog opens for every error."""
         log_exception(title, exc)
         expl = explain(exc, getattr(self.window, "log_path", None))
-        if not expl.input_problem and self.window is not None:
-            self.window.show_error_dialog(expl.title if isinstance(exc, BaseException) else title, expl.message)
+        if (not expl.input_problem or not inline) and self.window is not None:
+            heading = expl.title if isinstance(exc, BaseException) else title
+            self.window.show_error_dialog(heading, f"{expl.message}\n\n{after}" if after else expl.message)
         return expl
 
     def show_message(self, text: str, timeout_ms: int = 5000) -> None:
@@ -62,23 +108,6 @@ class PanelContext:
     def set_activity(self, text: str) -> None:
         if self.window is not None:
             self.window.set_activity(text)
-
-    def notify_model_changed(self) -> bool:
-        """A panel swapped the session's model (Build): the window tells every panel. False when
-        there is no window to tell (the caller then updates itself)."""
-        if self.window is None:
-            return False
-        self.window.notify_model_changed()
-        return True
-
-    def notify_ablation_changed(self) -> bool:
-        """A panel changed the session's ablation (it bumped `session.version`): the window
-        updates its status bar and tells every panel its results are out of date. False when
-        there is no window (the caller then updates itself)."""
-        if self.window is None:
-            return False
-        self.window.notify_ablation_changed()
-        return True
 
     def file_path(self, name: str) -> str:
         """`name` in the folder the user last opened or saved in (home the first time), for a file dialog."""

@@ -30,6 +30,15 @@ class Explanation:
     title: str
     message: str
     input_problem: bool = False  # a diagnosed bad input: shown where it happened, no dialog needed
+    words: str = ""  # the exception's own words (the inline form of a bug names them after the title)
+
+    @property
+    def inline(self) -> str:
+        """The one line a panel shows where it happened: the diagnosis itself for an input
+        problem (its advice paragraphs are for the dialog), "Title: what it said" for a bug."""
+        if self.input_problem:
+            return self.message.split("\n\n")[0]
+        return f"{self.title}: {self.words or self.message.splitlines()[0]}"
 
 
 def raised_by_our_code(exc: BaseException) -> bool:
@@ -68,14 +77,14 @@ def explain(exc: BaseException | str, log_path: str | None = None) -> Explanatio
         return Explanation("Cancelled", text, input_problem=True)
     if _is_cuda_oom(exc):
         first = text.splitlines()[0]
-        return Explanation("Out of GPU memory", f"The GPU ran out of memory ({first}).\n\n{OOM_ADVICE}")
+        return Explanation("Out of GPU memory", f"The GPU ran out of memory ({first}).\n\n{OOM_ADVICE}", words=first)
     if isinstance(exc, MemoryError):
         return Explanation("Out of memory", f"The computer ran out of memory.\n\n{OOM_ADVICE}")
     if isinstance(exc, UserError):  # ConfigError, LoadError, BuildRefused… each names its kind
         return Explanation(exc.title, text, input_problem=True)
     tokenizer = sys.modules.get("gptcore.tokenizer")  # not imported: exc cannot be one of its errors
     if tokenizer is not None and isinstance(exc, tokenizer.TokenizerError):
-        return Explanation("Tokenizer problem", text)
+        return Explanation("Tokenizer problem", text, words=text)
     if isinstance(exc, OSError) and getattr(exc, "filename", None):  # the disk said no: not a bug of ours
         reason = exc.strerror or text
         return Explanation("File not usable", f"{reason}: {exc.filename}\n\nPick a file or folder you can "
@@ -83,7 +92,7 @@ def explain(exc: BaseException | str, log_path: str | None = None) -> Explanatio
     if isinstance(exc, ValueError) and raised_by_our_code(exc):
         return Explanation(INPUT_TITLE, text, input_problem=True)
     where = f"\n\nThe full report is in the log file:\n{log_path}" if log_path else ""
-    return Explanation("Unexpected error", f"{name}: {text}{where}\n\nThe app is still running.")
+    return Explanation("Unexpected error", f"{name}: {text}{where}\n\nThe app is still running.", words=text)
 
 
 def log_exception(title: str, exc: BaseException | str) -> None:

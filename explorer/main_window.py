@@ -3,11 +3,13 @@ status bar and banner (status_bar.py) and the model-loading actions (model_loadi
 
 Panels are built lazily, the first time their tab is shown (and, for panels that need a
 model, once the first model is ready), so the window paints at once and only the
-panel in view does work. After every model swap the window updates its status bar and
-calls `on_model_changed()` on every panel already built.
+panel in view does work. The window follows the session's events like every panel does
+(`ctx.signals`): after a model swap it updates its status bar, banner and title and builds
+the panel in view; after an ablation change it shows the ablation. It never tells panels:
+each one follows the session itself (controllers/base.py).
 
 Services for panels (through their `PanelContext`, context.py): `show_message`, `set_activity`,
-`show_error_dialog`, `notify_model_changed`, `settings`. The contract the window calls on a panel
+`show_error_dialog`, `settings`. The contract the window calls on a panel
 is `PanelPage`'s (controllers/base.py): nothing is probed with hasattr.
 
 The window can exist before the session does (`session=None`): the app paints it first and
@@ -25,9 +27,9 @@ from PySide6.QtWidgets import (QLabel, QMainWindow, QMessageBox, QProgressDialog
 
 from . import theme
 from .context import PanelContext
-from .errors import explain, log_exception
 from .model_loading import ModelLoading
 from .registry import PANELS, PanelSpec
+from .session_events import AblationChanged, ModelSwapped
 from .status_bar import ModelStatusBar, UntrainedBanner
 from .workers import MODEL_TASK, TaskRunner
 
@@ -62,7 +64,7 @@ class _PanelSlot(QWidget):
 
 
 class MainWindow(ModelLoading, QMainWindow):
-    modelChanged = Signal()  # after the status bar and every built panel saw the new model
+    modelChanged = Signal()  # after the status bar showed a new model (panels follow the same event)
 
     def __init__(self, session: "Session | None", runner: TaskRunner, *, settings: QSettings | None = None,
                  prompt: str | None = None, panel: str | None = None, log_path: str | None = None):
@@ -75,8 +77,8 @@ class MainWindow(ModelLoading, QMainWindow):
         self.errors_shown: list[tuple[str, str]] = []  # (title, message) of every error reported
         self._error_box: QMessageBox | None = None
         self._progress: QProgressDialog | None = None
-        self._shown_version = -2  # never a real version: the first refresh always draws
         self.ctx = PanelContext(session=session, runner=runner, window=self, prompt=prompt)
+        self.ctx.signals.event.connect(self._on_session_event)  # before any panel: the status bar first
         self.setWindowTitle("GPT Explorer")
         self.setWindowIcon(theme.icon("app"))
 
@@ -99,14 +101,13 @@ class MainWindow(ModelLoading, QMainWindow):
 
         self._build_status_bar()
         self._build_menus()
-        runner.taskFailed.connect(lambda key, exc: self.report_error(f"{key} failed", exc))
-        runner.busyChanged.connect(lambda busy: None if busy else self._refresh_if_swapped())
+        runner.taskFailed.connect(lambda key, exc: self.ctx.report_error(exc, f"{key} failed", inline=False))
         self._memory_timer = QTimer(self)
         self._memory_timer.setInterval(2000)
         self._memory_timer.timeout.connect(self._update_memory)
 
         self._restore_settings(panel)
-        self._refresh_if_swapped()
+        self._show_session()
 
     # -- building the window ---------------------------------------------------------------
     def _build_status_bar(self) -> None:
@@ -185,14 +186,6 @@ class MainWindow(ModelLoading, QMainWindow):
     def set_activity(self, text: str) -> None:
         self.status_bar.set_activity(text)
 
-    def report_error(self, title: str, exc_or_text, after: str = "") -> None:
-        """The window's own failures (loading a model): log line + error dialog, always; `after`
-        says what the app did about it (e.g. which model is loaded now)."""
-        log_exception(title, exc_or_text)
-        expl = explain(exc_or_text, self.log_path)
-        heading = expl.title if isinstance(exc_or_text, BaseException) else title
-        self.show_error_dialog(heading, f"{expl.message}\n\n{after}" if after else expl.message)
-
     def show_error_dialog(self, heading: str, message: str) -> None:
         """Non-blocking; several errors in a row reuse one dialog showing the latest."""
         self.errors_shown.append((heading, message))
@@ -211,22 +204,13 @@ class MainWindow(ModelLoading, QMainWindow):
     def error_dialog(self) -> QMessageBox | None:
         return self._error_box if self._error_box is not None and self._error_box.isVisible() else None
 
-    # -- reacting to a model swap ----------------------------------------------------------------
-    def notify_model_changed(self) -> None:
-        """Called after the session swapped its model (by a load here or a build in a panel)."""
-        self._refresh_if_swapped()
-
-    def notify_ablation_changed(self) -> None:
-        """A panel changed the session's ablation (session.version moved): show it in the status
-        bar and tell every built panel its results are out of date (a setting they depend on;
-        the model itself is the same, so forms such as the config panel's keep their edits)."""
-        if self.session is None:
-            return
-        self._shown_version = self.session.version  # not a model swap: no on_model_changed round
-        self.status_bar.show_ablation(self.session.ablation.text())
-        for slot in self._slots.values():
-            if slot.panel is not None:
-                slot.panel.on_settings_changed()
+    # -- following the session ------------------------------------------------------------------
+    def _on_session_event(self, event) -> None:
+        """The window's own part of a change; every panel follows the same event by itself."""
+        if isinstance(event, ModelSwapped):
+            self._show_session()
+        elif isinstance(event, AblationChanged):
+            self.status_bar.show_ablation(event.after.text())
 
     def reset_ablation(self) -> None:
         """The status bar's Reset: the model without ablation, for every panel."""
@@ -234,21 +218,13 @@ class MainWindow(ModelLoading, QMainWindow):
         if session is None or not session.ablation.active:
             return
         self.runner.submit("ablation", lambda token, progress: session.clear_ablation(),
-                           on_result=lambda _state: self.notify_ablation_changed(),
-                           on_error=lambda exc: self.report_error("Reset ablation failed", exc))
+                           on_error=lambda exc: self.ctx.report_error(exc, "Reset ablation failed", inline=False))
 
-    def _refresh_if_swapped(self) -> None:
-        version = -1 if self.session is None else self.session.version
-        if version == self._shown_version:
-            return
-        self._shown_version = version
+    def _show_session(self) -> None:
+        """Status bar, banner and title for the session's model; the panel in view built."""
         self._update_status()
         self._ensure_current_built()
         if self.session is not None and self.session.has_model:
-            self._ensure_current_built()
-            for slot in self._slots.values():
-                if slot.panel is not None:
-                    slot.panel.on_model_changed()
             if not self._memory_timer.isActive() and self.isVisible():
                 self._memory_timer.start()
         self.modelChanged.emit()

@@ -6,10 +6,14 @@ with the same feedback: an activity note and Cancel button in the status bar, a 
 dialog for loads that take longer than half a second, and failures as the error dialog
 (a cancel is not a failure). Whatever fails, the current model stays.
 
+The swap itself is announced by the session (`ModelSwapped`); the window and every panel
+follow that event, so nothing here tells anyone. Errors go through the one error path,
+`ctx.report_error(exc, title, after=…, inline=False)` (a load has no place of its own to
+show them, so the dialog opens even for a diagnosed bad file).
+
 `ModelLoading` is mixed into MainWindow, which provides `session`, `ctx`, `runner`,
 `settings`, `cancel_button`, `auto_download`, `_progress`, `show_message`,
-`set_activity`, `report_error`, `notify_model_changed`, `_refresh_if_swapped` and
-`fall_back_on_failed_start`.
+`set_activity`, `_show_session` and `fall_back_on_failed_start`.
 """
 from __future__ import annotations
 
@@ -53,8 +57,9 @@ class ModelLoading:
         self._run_model_task("Starting", make_session, on_result=attach)
 
     def attach_session(self, session: "Session") -> None:
-        self.session = self.ctx.session = session
-        self._refresh_if_swapped()
+        self.session = session
+        self.ctx.attach(session)  # the window and every panel follow its events from here on
+        self._show_session()
 
     def load_model(self, source: str, fall_back_to_default: bool = False) -> None:
         """Load `source`; if it fails and there is no model yet (a bad `--model` at start) and
@@ -68,12 +73,13 @@ class ModelLoading:
             if _cancelled(exc):
                 return
             if self.session.has_model:
-                self.report_error(title, exc, after=f"The current model ({self.session.info.name}) is still loaded.")
+                after = f"The current model ({self.session.info.name}) is still loaded."
             elif fall_back_to_default:
-                self.report_error(title, exc, after="Opening the built-in default model instead.")
+                after = "Opening the built-in default model instead."
                 QTimer.singleShot(0, self.load_default)  # after this task's own on_finished
             else:
-                self.report_error(title, exc, after="No model is loaded: open one from the File menu.")
+                after = "No model is loaded: open one from the File menu."
+            self.ctx.report_error(exc, title, after=after, inline=False)
 
         self._run_model_task(title, lambda token, progress: self.session.load(
             source, progress=progress, cancel=token), on_error=failed)
@@ -86,7 +92,6 @@ class ModelLoading:
             return
 
         def loaded(info) -> None:
-            self.notify_model_changed()
             if not info.trained and self.auto_download:
                 from gptcore.hub import hub_offline
 
@@ -114,16 +119,15 @@ class ModelLoading:
 
         def report(exc: BaseException) -> None:
             if not _cancelled(exc):
-                self.report_error(title, exc)
+                self.ctx.report_error(exc, title, inline=False)
 
         def on_finished() -> None:
             self._close_progress()
             self.cancel_button.hide()
             self.set_activity("")
-            self._refresh_if_swapped()
             self.show_message("")
 
-        self.runner.submit(MODEL_TASK, fn, on_result=on_result or (lambda _info: self.notify_model_changed()),
+        self.runner.submit(MODEL_TASK, fn, on_result=on_result,
                            on_error=on_error or report, on_progress=lambda d, t, m: self._show_progress(title, d, t, m),
                            on_finished=on_finished)
 

@@ -11,8 +11,11 @@ Threading rules (workers call these methods from pool threads):
 - A model swap (load/build) does the slow part (reading, allocating) *outside* the lock
   and then swaps model, info and `version` together under it. If loading fails, nothing
   changes: the previous model stays loaded.
-- `version` goes up by one on every swap; a controller that computed for an older
-  version drops its result.
+- `version` goes up by one on every change of state (a swap, an ablation, a setting, a
+  training step shown): a request carries the version it was computed for, and the runner
+  drops its result when the version moved on (explorer/controllers/base.py).
+- Every change is announced on `events` as a typed event (explorer/session_events.py), sent
+  after the lock is released: views follow the session, nobody else broadcasts.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ import torch
 from gptcore.config import GPT2_VOCAB, GPTConfig
 
 from .devices import check_fits, resolve_device
+from .session_events import EventHub, ModelSwapped, SettingsChanged, TrainingStepShown
 from .results import (NO_MODEL, AttentionResult, Distribution, GeneratedToken, GradientResult, ModelInfo,
                       NextTokenLogits, PromptContext, ReferenceCurve, ResidualResult)
 from .session_interp import InterpretabilityMixin
@@ -66,6 +70,7 @@ class Session(InterpretabilityMixin):
 
     def __init__(self, model=None, info: ModelInfo | None = None, device=None):
         self.lock = threading.RLock()
+        self.events = EventHub()  # ModelSwapped, AblationChanged, SettingsChanged, TrainingStepShown
         self.model = model
         # Resolved on first use (asking CUDA for devices takes time; a test session never needs it).
         self._device = model.device if model is not None else None
@@ -138,16 +143,18 @@ class Session(InterpretabilityMixin):
             with self.lock:
                 if cancel is not None and cancel():
                     raise LoadCancelled("superseded by a newer model request; the current model is unchanged")
-                old = self.model
+                old, old_info = self.model, self.info
                 self._detach_ablation()  # the ablation named the old model's heads
                 self._census = None
                 self.model, self.info, self._device = model, info, model.device
                 self._tokenizer = tokenizer  # None: GPT-2's, made on first use
                 self.version += 1
+                version = self.version
                 self._attention_state = None  # holds the old model and its keys/values
         finally:
             self.swap_pending.clear()
         del old
+        self.events.send(ModelSwapped(old=old_info, new=info, version=version))
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         return info
@@ -203,6 +210,30 @@ class Session(InterpretabilityMixin):
         self._swap(model, info, cancel)
         report(steps, steps, "done")
         return info
+
+    def settings_changed(self, what: str) -> int:
+        """A setting every computation depends on changed (`what` names it for the views):
+        every result so far is stale. Returns the new version."""
+        with self.lock:
+            self.version += 1
+            version = self.version
+            self._attention_state = None
+        self.events.send(SettingsChanged(what=what, version=version))
+        return version
+
+    def show_training_step(self, state_dict: dict, step: int) -> int:
+        """Copy the weights of training step `step` into the loaded model (same shapes: a run's
+        checkpoint of this model) and tell every view. Returns the new version."""
+        model = self._require_model()
+        with self.lock:
+            model.load_state_dict(state_dict)
+            model.eval()
+            self._census = None
+            self._attention_state = None
+            self.version += 1
+            version = self.version
+        self.events.send(TrainingStepShown(step=int(step), version=version))
+        return version
 
     def check_fits(self, cfg: GPTConfig, device: torch.device | None = None) -> None:
         """Raise BuildRefused (with the estimate) when `cfg` would not fit on the device."""

@@ -6,7 +6,8 @@ to the loaded model itself while an ablation is set, so every computation of eve
 (attention capture, the generation pane's distribution and sampled text, DLA, patching)
 runs the ablated model without each method having to remember it. Setting or clearing it
 bumps `version`, the same counter a model swap bumps, so every cached result is stale at
-once; a model swap clears it (the new model has its own heads).
+once, and announces `AblationChanged`; a model swap clears it (the new model has its own
+heads, and `ModelSwapped` says so).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from importlib import resources
 import numpy as np
 import torch
 
+from .session_events import AblationChanged
 from .results import (NO_ABLATION, AblationState, AttributionResult, HeadCensusResult, PatchedDistribution,
                       PatchingResult, TokenChoice)
 
@@ -63,6 +65,7 @@ class InterpretabilityMixin:
                 raise ValueError(f"that would ablate all {len(spec.heads)} heads: the model would have no attention "
                                  f"left and every view would show the same meaningless output; keep at least one "
                                  f"head (Reset clears the ablation)")
+            before = self._ablation
             self._detach_ablation()  # the mean is measured on the model without the old ablation
             reference = None
             if spec and mode == "mean":
@@ -72,7 +75,9 @@ class InterpretabilityMixin:
             self._ablation = AblationState(spec.heads, spec.mlps, mode)
             self._census = None
             self.version += 1
-            return self._ablation
+            event = AblationChanged(before=before, after=self._ablation, version=self.version)
+        self.events.send(event)
+        return event.after
 
     def clear_ablation(self) -> AblationState:
         return self.set_ablation((), (), self._ablation.mode if self._ablation.mode in APP_MODES else "zero")

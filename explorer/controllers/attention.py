@@ -83,10 +83,10 @@ class AttentionController(PanelController):
         """True once real data was drawn (screenshot mode may connect after dataReady fired)."""
         return self.result is not None
 
-    def invalidate(self, reason: str) -> None:
-        """The maps, lens, chips and zoom belong to the old model: take them off screen."""
+    def invalidate(self, event) -> None:
+        """The maps, lens, chips, zoom and hover line belong to the old state: off screen."""
         self.result = None
-        self.view.clear_results(reason)
+        self.view.clear_results(event.reason)
 
     def refresh(self) -> None:
         self.request()
@@ -144,28 +144,21 @@ class AttentionController(PanelController):
         self.ctx.runner.submit("attention-census", work, on_result=show, on_error=self._on_error)
 
     def toggle_ablation(self, layer: int, head: int) -> None:
-        """Shift+click: ablate (or restore) a head for every panel; the window then tells
-        every panel, this one included, that its results are out of date (the session's version moved)."""
+        """Shift+click: ablate (or restore) a head for every panel; the session announces it
+        (AblationChanged) and every panel, this one included, follows."""
         session = self.ctx.session
         if not session.has_model:
             return
+        self.ctx.runner.submit("ablation", lambda token, _progress: session.toggle_head(layer, head),
+                               on_error=self._on_error)
 
-        def work(token, _progress):
-            return session.toggle_head(layer, head)
-
-        def done(_state) -> None:
-            if not self.ctx.notify_ablation_changed():  # no window (unit tests): only this panel to update
-                self.on_settings_changed()
-
-        self.ctx.runner.submit("ablation", work, on_result=done, on_error=self._on_error)
-
-    def on_model_changed(self) -> None:
+    def on_model_changed(self, event) -> None:
         """The session holds a new model: forget the old picture's shape, clear it, recompute."""
         if self.selected and self.ctx.session.config is not None:
             cfg = self.ctx.session.config
             if self.selected[0] >= cfg.n_layer or self.selected[1] >= cfg.n_head:
                 self.selected = None
-        super().on_model_changed()
+        super().on_model_changed(event)
 
     # -- results (GUI thread) ------------------------------------------------------------
     def _on_result(self, result) -> None:

@@ -21,7 +21,8 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QFileDialog
 
 from ..panels.attribution_panel import AUTO_CONTRAST, AUTO_TARGET, NO_CONTRAST, AttributionPanel
-from .base import MODEL_CHANGED, PanelController
+from ..session_events import ModelSwapped
+from .base import PanelController
 
 log = logging.getLogger("explorer.attribution")
 
@@ -79,11 +80,12 @@ class AttributionController(PanelController):
         self.panel.set_prompt_text(text)
         self.request()
 
-    def invalidate(self, reason: str) -> None:
+    def invalidate(self, event) -> None:
         """A new model: its shape may differ, so the maps go; a new ablation: what is drawn is
         marked out of date until the recomputation lands (patching waits for Run)."""
+        reason = event.reason
         self.panel.set_status(reason)
-        if reason == MODEL_CHANGED:
+        if isinstance(event, ModelSwapped):
             self.result = self.patch_result = self.census = None
             self.panel.clear_results(reason)
         elif self.patch_result is not None:
@@ -201,13 +203,9 @@ class AttributionController(PanelController):
                 return session.set_ablation(state.heads, state.mlps, args[0]) if state.active else state
             return session.clear_ablation()
 
-        self.ctx.runner.submit(KEYS["ablation"], work, on_result=self._ablation_changed,
+        # The session announces the change (AblationChanged): every panel, this one included, follows.
+        self.ctx.runner.submit(KEYS["ablation"], work,
                                on_error=lambda exc: (self._show_error("Ablation failed", exc), self._show_ablation()))
-
-    def _ablation_changed(self, _state) -> None:
-        self._show_ablation()
-        if not self.ctx.notify_ablation_changed():  # the window tells every panel, us included
-            self.on_settings_changed()
 
     def _show_ablation(self) -> None:
         state = self.session.ablation
@@ -286,7 +284,7 @@ class AttributionController(PanelController):
         self.censusDrawn.emit(census)
 
     # -- model swaps and ablation changes ---------------------------------------------------------
-    def on_model_changed(self) -> None:
+    def on_model_changed(self, event) -> None:
         """A new model (its ablation is cleared): picked token ids stay unless the new
         vocabulary cannot hold them; then clear and recompute (the base contract)."""
         cfg = self.session.config
@@ -296,12 +294,12 @@ class AttributionController(PanelController):
             if isinstance(self.contrast, int) and self.contrast >= cfg.vocab_size:
                 self.contrast = "auto"
         self._show_ablation()
-        super().on_model_changed()
+        super().on_model_changed(event)
 
-    def on_settings_changed(self) -> None:
-        """The ablation changed (here or in another panel): mark, then recompute."""
+    def on_settings_changed(self, event) -> None:
+        """The ablation changed (here, in another panel, or the status bar's Reset): mark, then recompute."""
         self._show_ablation()
-        super().on_settings_changed()
+        super().on_settings_changed(event)
 
     # -- export ----------------------------------------------------------------------------------
     def _export_dialog(self, key: str, fmt: str) -> None:

@@ -6,12 +6,14 @@ window never sees either directly: it holds a `PanelPage`, which lays the view o
 forwards the contract to the controller. So a new panel is a view, a controller subclassing
 `PanelController`, and one line in explorer/registry.py.
 
-The truthful-views rule lives here too: after `on_model_changed()` or
-`on_settings_changed()` a panel shows either results computed for the current model and
-settings, or says plainly that what is on screen is out of date. The base implementation
-does both steps in order — `invalidate(reason)` (clear or mark what is drawn) then
-`refresh()` (recompute if the panel recomputes by itself) — so a controller only says *how*
-to clear and *how* to recompute, and cannot forget either.
+The truthful-views rule lives here too: every controller follows the session's events
+(`ctx.signals.event`, subscribed here for every panel; the window tells no one). After each,
+a panel shows either results computed for the current model and settings, or says plainly
+that what is on screen is out of date. The base implementation does both steps in order —
+`invalidate(event)` (clear or mark what is drawn; `event.reason` says why in words, its type
+says whether shapes may have changed) then `refresh()` (recompute if the panel recomputes
+by itself) — so a controller only says *how* to clear and *how* to recompute, and cannot
+forget either.
 """
 from __future__ import annotations
 
@@ -22,10 +24,9 @@ from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from ..context import PanelContext
 from ..errors import Explanation
+from ..session_events import MODEL_CHANGED, ModelSwapped  # noqa: F401 - MODEL_CHANGED: the cleared text
 
 log = logging.getLogger("explorer")
-
-MODEL_CHANGED = "cleared because the model changed"
 
 
 class PanelController(QObject):
@@ -40,6 +41,7 @@ class PanelController(QObject):
         super().__init__(parent)
         self.ctx, self.view = ctx, view
         self._ready_sent = False
+        ctx.signals.event.connect(self.on_session_event)
 
     @classmethod
     def make_view(cls, ctx: PanelContext) -> QWidget:
@@ -56,20 +58,28 @@ class PanelController(QObject):
     def set_prompt(self, text: str) -> None:
         """`--prompt`: panels without a prompt ignore it."""
 
-    def on_model_changed(self) -> None:
-        """The session holds a new model (`session.version` already bumped)."""
-        self.invalidate(MODEL_CHANGED)
+    def on_session_event(self, event) -> None:
+        """Every change the session announces reaches the panel here (GUI thread)."""
+        if isinstance(event, ModelSwapped):
+            self.on_model_changed(event)
+        else:
+            self.on_settings_changed(event)
+
+    def on_model_changed(self, event: ModelSwapped) -> None:
+        """The session holds a new model: clear what belongs to the old one, recompute."""
+        self.invalidate(event)
         if self.ctx.session is not None and self.ctx.session.has_model:
             self.refresh()
 
-    def on_settings_changed(self) -> None:
-        """A setting the drawn result depends on changed (BOS, init scheme, LN placement…)."""
-        self.invalidate("out of date: the settings changed")
+    def on_settings_changed(self, event) -> None:
+        """Same model, other numbers (ablation, a session setting, a training step shown):
+        mark what is drawn out of date, recompute."""
+        self.invalidate(event)
         self.refresh()
 
-    def invalidate(self, reason: str) -> None:
-        """Clear what is drawn, or mark it out of date, saying `reason`. Must be overridden by
-        every panel that draws model results (the base has nothing drawn to clear)."""
+    def invalidate(self, event) -> None:
+        """Clear what is drawn, or mark it out of date, saying `event.reason`. Must be overridden
+        by every panel that draws model results (the base has nothing drawn to clear)."""
 
     def refresh(self) -> None:
         """Recompute for the current model and settings (panels that need a Run press leave
@@ -90,9 +100,9 @@ class PanelController(QObject):
             self._ready_sent = True
             self.dataReady.emit()
 
-    def report_error(self, exc: BaseException | str, title: str) -> Explanation:
-        """The one error path (see PanelContext.report_error); show the returned message inline."""
-        return self.ctx.report_error(exc, title)
+    def report_error(self, exc: BaseException | str, title: str, *, after: str = "") -> Explanation:
+        """The one error path (see PanelContext.report_error); show the returned `.inline` where it happened."""
+        return self.ctx.report_error(exc, title, after=after)
 
 
 class PanelPage(QWidget):
@@ -116,12 +126,6 @@ class PanelPage(QWidget):
 
     def set_prompt(self, text: str) -> None:
         self.controller.set_prompt(text)
-
-    def on_model_changed(self) -> None:
-        self.controller.on_model_changed()
-
-    def on_settings_changed(self) -> None:
-        self.controller.on_settings_changed()
 
     def shutdown(self) -> None:
         self.controller.shutdown()

@@ -77,7 +77,7 @@ class ConfigController(PanelController):
         self._build_outcome: str | None = None  # "built" / "failed" once the running build ended
         session = ctx.session
         if session is not None and session.has_model:
-            self.on_model_changed()
+            self._show_loaded_model()
         else:
             self.show_config(self.config)
         self.mark_ready()  # the readout is drawn synchronously, here
@@ -162,8 +162,6 @@ class ConfigController(PanelController):
     def _built(self, info) -> None:
         self._build_outcome = "built"
         self.view.set_build_status(f"Built {info.name}: {info.n_params:,} parameters on {info.device}.")
-        if not self.ctx.notify_model_changed():  # status bar + every panel, this one included
-            self.on_model_changed()
 
     def _build_failed(self, exc: BaseException) -> None:
         self._build_outcome = "failed"
@@ -171,9 +169,19 @@ class ConfigController(PanelController):
         self.view.set_build_status(f"Not built: {expl.message}", error=True)
 
     # -- model swaps, settings -------------------------------------------------------------------------
-    def on_model_changed(self) -> None:
+    def on_model_changed(self, event) -> None:
+        """Another model (this panel's Build, a load): the form shows its config, and the last
+        build's line goes (a "Built …" line under a loaded checkpoint would be a lie). The
+        panel's own Build writes its line after this: the swap is announced before the build returns."""
         if not self.ctx.runner.is_running(MODEL_TASK):
             self.view.set_build_busy(False)  # a Build superseded by a load gets no on_finished of its own
+        self.view.set_build_status("")
+        self._show_loaded_model()
+
+    def on_settings_changed(self, event) -> None:
+        """An ablation or a setting changes no config: the form keeps the user's edits."""
+
+    def _show_loaded_model(self) -> None:
         info = self.ctx.session.info
         kind = info.status_word
         self.view.set_loaded_model(

@@ -26,7 +26,8 @@ from gptcore.sampling import GPT2_VOCAB, default_vocab_limit
 
 from ..panels.formatting import format_prob
 from ..panels.generation_panel import GenerationPanel
-from .base import MODEL_CHANGED, PanelController
+from ..session_events import ModelSwapped
+from .base import PanelController
 
 LOGITS_KEY = "generation.logits"
 RUN_KEY = "generation.run"
@@ -103,18 +104,22 @@ class GenerationController(PanelController):
         if self.session.has_model:
             self.refresh_logits()
 
-    def invalidate(self, reason: str) -> None:
-        """A new model: the running generation stops; the text on screen stays but says which
-        model wrote it; the bars (the old model's distribution) are taken down."""
+    def invalidate(self, event) -> None:
+        """Another model, ablation or setting: the running generation stops; the text on screen
+        stays but says what changed since it was written (the event's own words: a model swap
+        names the model that wrote it); the bars (the old distribution) are taken down; the
+        status bar's tokens/s of the old run goes."""
+        reason = event.reason
+        swapped = isinstance(event, ModelSwapped)
         if self._run is not None:
-            self._finish_run("model changed")
+            self._finish_run("model changed" if swapped else "stopped: " + event.detail)
         self.runner.cancel(RUN_KEY)
+        self.ctx.set_activity("")  # "generation: 5.7 tokens/s" was the old model's speed
         shown = self.last_run
         if shown is not None and shown.shown and not shown.outdated:
             shown.outdated = True
             who = (f"written by {shown.model_name}, the previous model; press Generate for this one"
-                   if reason == MODEL_CHANGED else
-                   "written before the settings changed (e.g. an ablation); press Generate to write with them")
+                   if swapped else f"written before {event.detail}; press Generate to write with it")
             self.view.set_stream_status(f"{self._status_text(shown, final=True)} — {who}")
         self.logits = None
         self.distribution = None

@@ -180,7 +180,7 @@ class ResidualController(PanelController):
         self.ctx.runner.cancel(TASK_KEY)
         self._set_status(self.view.current_view, "Cancelled: the curves shown are the last complete run.")
 
-    def invalidate(self, reason: str) -> None:
+    def invalidate(self, event) -> None:
         """The trained model's dashed curve belongs to the old model: off. The random-init sweep
         stays if the new model gives it the same parts; otherwise it is marked (update_stale_mark)."""
         self.view.set_reference(None)

@@ -279,6 +279,8 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
         (blank until it arrives, or when it is for another shape)."""
         self._census = induction
         L, nh = self._L, self._nh
+        if not (L and nh):  # a cleared grid (the model changed): nothing to put it next to
+            return
         values = induction if induction is not None and induction.shape == (L, nh) else np.full((L, nh), np.nan)
         self.stat_images["induction"].setImage(np.asarray(values, np.float32), autoLevels=False, levels=(0.0, 1.0))
         self.stat_images["induction"].setRect(QRectF(0, 0, max(nh, 1), max(L, 1)))

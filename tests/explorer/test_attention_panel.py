@@ -177,8 +177,7 @@ def test_fault_model_swap_mid_computation_draws_nothing_stale(qtbot, panel_conte
     view.set_prompt("computing while the model changes")
     assert view.controller._in_flight
     old_version = session.version
-    session.build(dict(session.config.to_dict(), n_layer=3, n_head=2), seed=1)
-    view.on_model_changed()
+    session.build(dict(session.config.to_dict(), n_layer=3, n_head=2), seed=1)  # the panel follows its event
     wait_idle(qtbot, view)
     assert session.version == old_version + 1
     for _text, version_at_draw, result_version, _shape in frames:

@@ -81,8 +81,7 @@ def test_clicking_a_head_ablates_it_for_every_panel_and_reset_restores(qtbot, vi
 
 def test_ablating_every_head_is_refused_with_a_message(qtbot, view, panel_context):
     session = panel_context.session
-    session.set_ablation([(l, h) for l in range(2) for h in range(4) if (l, h) != (1, 3)])
-    view.controller.on_settings_changed()  # what the window does after an ablation change
+    session.set_ablation([(l, h) for l in range(2) for h in range(4) if (l, h) != (1, 3)])  # the panel follows
     view.view.heads.cellClicked.emit(1, 3)
     qtbot.waitUntil(lambda: "all 8 heads" in view.view.message.text(), timeout=WAIT)
     assert len(session.ablation.heads) == 7
@@ -220,9 +219,8 @@ def test_the_attention_grid_shows_the_census_induction_column(qtbot, panel_conte
 def test_a_model_swap_clears_the_panel_and_redraws_for_the_new_model(qtbot, view, panel_context):
     session = panel_context.session
     session.set_ablation([(0, 1)])
-    session.build(dict(n_layer=3, n_head=2, n_embd=32, block_size=64), seed=0)
     with qtbot.waitSignal(view.controller.drawn, timeout=WAIT):
-        view.controller.on_model_changed()
+        session.build(dict(n_layer=3, n_head=2, n_embd=32, block_size=64), seed=0)  # the panel follows
     assert view.view.heads.values.shape == (3, 3) and not session.ablation.active
     assert view.view.ablation_label.text() == "nothing ablated"
     qtbot.waitUntil(lambda: view.view.census.rowCount() == 6, timeout=WAIT)

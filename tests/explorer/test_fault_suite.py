@@ -299,8 +299,7 @@ def poll():
     if w is None or w.session is None or not w.session.has_model or w.runner.busy:
         return QTimer.singleShot(20, poll)
     if w.session.config.n_layer != 2:  # swap the GPT-2-sized stand-in for a small model first
-        w.session.build(Session.tiny().config.to_dict(), seed=0)
-        w.notify_model_changed()
+        w.session.build(Session.tiny().config.to_dict(), seed=0)  # the window and panels follow its event
         return QTimer.singleShot(20, poll)
     if mode == "generation":
         pane = w.show_panel("generation").controller
@@ -478,9 +477,8 @@ def test_fault_model_swap_during_residual_sweep_draws_the_new_models_curve(qtbot
     while runner.active_count() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert runner.busy  # finished in the worker, not yet delivered
-    session.load(second)  # the user opens another trained model meanwhile
     swapped_at = len(references)
-    view.on_model_changed()
+    session.load(second)  # the user opens another trained model meanwhile (the panel follows its event)
     qtbot.waitUntil(lambda: "norms" in view.controller.results and not runner.busy, timeout=WAIT_MS)
     want = model_residual_norms(session.model, batch=2, length=8, seed=0)
     stale = model_residual_norms(first_model, batch=2, length=8, seed=0)

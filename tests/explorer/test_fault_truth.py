@@ -45,8 +45,7 @@ def test_fault_bad_model_in_screenshot_mode_still_exits_2_with_the_message(run_s
 
 def test_weights_nobody_trained_are_loaded_not_trained(qtbot, window, hf_checkpoint):
     folder = hf_checkpoint()  # transformers' fresh random init, saved: no evidence of training
-    window.session.load(str(folder))
-    window.notify_model_changed()
+    window.session.load(str(folder))  # the session announces it; the window follows
     badge = window.status_labels["trained"]
     assert badge.text() == "loaded" and badge.property("trained") == "unknown"
     assert window.banner.isHidden()  # not called untrained either: nothing says which it is

@@ -251,9 +251,8 @@ def test_fault_model_swap_mid_generation_stops_cleanly(qtbot, pane):
     run = pane._run
     qtbot.waitUntil(lambda: run.shown >= 2, timeout=10000)
     old_version = session.version
-    session.build(dict(n_layer=1, n_head=2, n_embd=32, block_size=64, vocab_size=50257), seed=7)
-    with qtbot.waitSignal(pane.generationFinished, timeout=10000) as finished:
-        pane.on_model_changed()
+    with qtbot.waitSignal(pane.generationFinished, timeout=10000) as finished:  # the pane follows the swap
+        session.build(dict(n_layer=1, n_head=2, n_embd=32, block_size=64, vocab_size=50257), seed=7)
     assert finished.args == ["model changed"]
     shown_at_swap = run.shown
     qtbot.waitUntil(lambda: not pane.runner.is_running("generation.run"), timeout=10000)

@@ -37,8 +37,7 @@ def _quiet(qtbot, runner) -> None:
 
 def _swap_model(window: MainWindow, **config) -> None:
     """What a Build in the Config panel does: a new model in the session, then every panel is told."""
-    window.session.build({**SMALL_BUILD, **config}, "gpt2", 0)
-    window.notify_model_changed()
+    window.session.build({**SMALL_BUILD, **config}, "gpt2", 0)  # announced: the window and panels follow
 
 
 def _kaput(*_args, **_kwargs):
@@ -233,8 +232,9 @@ def test_config_shows_the_new_models_config_after_a_change(qtbot, window):
 
 def test_generation_text_after_a_settings_change_is_marked_without_blaming_the_model(qtbot, window):
     pane = _generated(qtbot, window, 3)
-    window.panel("generation").on_settings_changed()  # what an ablation change sends every panel
+    window.session.set_ablation([(0, 0)])  # announced as AblationChanged: every panel follows
     status = pane.view.stream_status.text()
-    assert "before the settings changed" in status and "previous model" not in status
+    assert "written before the ablation changed (now 1 head ablated)" in status, status
+    assert "previous model" not in status and "model changed" not in status, status
     qtbot.waitUntil(lambda: pane.view.chart.bar_labels() != [], timeout=WAIT_MS)  # recomputed
     _quiet(qtbot, window.runner)

@@ -173,8 +173,7 @@ def test_trained_model_curve_is_overlaid_and_follows_model_swaps(qtbot, runner):
     want = model_residual_norms(model, batch=2, length=8, seed=0)
     np.testing.assert_allclose(result.reference, want)
     assert view.view.curve_names()[-1] == "tiny-trained (trained, as loaded)"
-    session.build(model.config.to_dict(), "gpt2", seed=1)  # an untrained model replaces it
-    view.on_model_changed()
+    session.build(model.config.to_dict(), "gpt2", seed=1)  # an untrained model replaces it (the panel follows)
     qtbot.waitUntil(lambda: not runner.busy, timeout=10_000)
     assert not any("trained" in n for n in view.view.curve_names())
 
