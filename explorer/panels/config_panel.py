@@ -40,12 +40,14 @@ FIELDS = (
     ("rope_theta", "rope_theta", "Base of the rotary frequencies (10000; Llama 3 uses 500000). Only for rope."),
     ("norm", "norm", "layernorm (GPT-2) or rmsnorm (scale only, no mean and no bias: Llama)."),
     ("mlp", "mlp", "gelu (GPT-2: two matrices) or swiglu (Llama: a gate matrix too)."),
+    ("activation", "activation", "The GELU MLP's nonlinearity: gelu_tanh (GPT-2's tanh approximation, also HF's "
+                                 "and the book's) or gelu (exact erf, nanoGPT's nn.GELU()). No parameters."),
     ("mlp_hidden", "mlp_hidden", "MLP hidden width; 'from mlp_ratio' uses mlp_ratio × n_embd."),
     ("n_kv_head", "n_kv_head", "Key/value heads shared by groups of query heads (grouped-query attention); "
                                "'= n_head' is ordinary multi-head attention."),
 )
 CHOICES = {"ln_placement": ("pre", "post"), "pos_embedding": ("learned", "sinusoidal", "rope"),
-           "norm": ("layernorm", "rmsnorm"), "mlp": ("gelu", "swiglu")}
+           "norm": ("layernorm", "rmsnorm"), "mlp": ("gelu", "swiglu"), "activation": ("gelu_tanh", "gelu")}
 OPTIONAL_INTS = {"mlp_hidden": "from mlp_ratio", "n_kv_head": "= n_head"}  # 0 in the spin box = None
 QKV_CHOICES = (("follow bias", None), ("on", True), ("off", False))
 
@@ -165,6 +167,7 @@ class ConfigPanel(QWidget):
         elif name in CHOICES:
             w = QComboBox()
             w.addItems(list(CHOICES[name]))
+            w.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
             w.currentIndexChanged.connect(self._edited)
         elif name in ("mlp_ratio", "dropout"):
             w = QDoubleSpinBox()

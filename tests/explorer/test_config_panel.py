@@ -244,6 +244,18 @@ def test_modern_parts_in_the_form_recount_live_and_explain_each_difference(page)
     assert _form_config(page).n_kv_head is None and not view.error_label.isVisibleTo(page)
 
 
+def test_activation_row_sets_nanogpts_exact_gelu(page):
+    from PySide6.QtCore import Qt
+
+    view = page.view
+    box = view.inputs["activation"]
+    assert box.currentText() == "gelu_tanh" and box.focusPolicy() == Qt.FocusPolicy.StrongFocus
+    box.setCurrentText("gelu")
+    assert _form_config(page).activation == "gelu"
+    assert "GELU (exact)" in view.readout.parts_label.text()
+    assert view.preset.currentText() == "custom"
+
+
 def test_building_a_grouped_query_rotary_model(qtbot, window, tiny_session):
     view = window.show_panel("config").view
     _set_form(view, dict(TINY_BUILD, n_head=4, n_kv_head=2))
