@@ -47,6 +47,7 @@ class RawCheckpoint:
     config_origin: str  # says where the config came from, for mismatch messages
     detach: bool = False  # copy even when the mapped tensor could be used in place
     provenance: Provenance = UNKNOWN  # whether the weights are known to be trained, and why
+    heads: str = "file"  # where n_head came from: "file" (a config), "given" (n_head=), "guessed" (head_count.py)
 
 
 def read_source(source, n_head=None, progress=None, cancel=None) -> RawCheckpoint:
@@ -166,8 +167,9 @@ def _read_lone_safetensors(path: Path, n_head) -> RawCheckpoint:
     state = read_safetensors(path)
     if is_book_state(state):
         return _read_book(path, state, n_head, "safetensors", UNKNOWN, [])
-    config, warnings = _infer(path, state, n_head)
-    return RawCheckpoint(state, config, path, "safetensors (config from shapes)", _display_name(path), warnings, "tensor shapes")
+    config, warnings, heads = _infer(path, state, n_head)
+    return RawCheckpoint(state, config, path, "safetensors (config from shapes)", _display_name(path), warnings,
+                         "tensor shapes", heads=heads)
 
 
 def _read_torch_file(path: Path, n_head) -> RawCheckpoint:
@@ -187,18 +189,19 @@ def _read_torch_file(path: Path, n_head) -> RawCheckpoint:
     state = tensors_only(path, obj)
     if is_book_state(state):
         return _read_book(path, state, n_head, "torch state dict", provenance, notes)
-    config, warnings = _infer(path, state, n_head)
+    config, warnings, heads = _infer(path, state, n_head)
     return RawCheckpoint(state, config, path, "torch state dict (config from shapes)", _display_name(path),
-                         notes + warnings, "tensor shapes", detach=True, provenance=provenance)
+                         notes + warnings, "tensor shapes", detach=True, provenance=provenance, heads=heads)
 
 
 def _read_book(path: Path, state: dict, n_head, container: str, provenance: Provenance,
                notes: list[str]) -> RawCheckpoint:
     """The book's GPTModel, renamed to ours (book.py); its head count found as for any lone file."""
     ours = book_to_ours(state)
-    config, warnings = _infer(path, ours, n_head)
+    config, warnings, heads = _infer(path, ours, n_head)
     return RawCheckpoint(ours, config, path, f"{BOOK_FORMAT} ({container}, config from shapes)", _display_name(path),
-                         notes + warnings, "tensor shapes", detach=container != "safetensors", provenance=provenance)
+                         notes + warnings, "tensor shapes", detach=container != "safetensors", provenance=provenance,
+                         heads=heads)
 
 
 def _read_nanogpt(path: Path, ckpt: dict, n_head) -> RawCheckpoint:
@@ -241,9 +244,11 @@ def _read_gptcore_ckpt(path: Path, ckpt: dict, n_head) -> RawCheckpoint:
                          detach=True, provenance=of_training_dict(ckpt))
 
 
-def _infer(path: Path, state: dict, n_head) -> tuple[GPTConfig, list[str]]:
-    """Config from tensor shapes; heads from `n_head`, else a sidecar config.json, else a guess (warned)."""
+def _infer(path: Path, state: dict, n_head) -> tuple[GPTConfig, list[str], str]:
+    """Config from tensor shapes; heads from `n_head`, else a sidecar config.json, else a guess (warned).
+    The third value says which: "given", "file" or "guessed" (RawCheckpoint.heads)."""
     warnings, eps = [], 1e-5
+    heads = "given" if n_head is not None else "file"
     sidecar = path.with_name("config.json")
     if sidecar.is_file() and sidecar != path:
         side = read_json(sidecar)
@@ -253,6 +258,8 @@ def _infer(path: Path, state: dict, n_head) -> tuple[GPTConfig, list[str]]:
         if n_head is None and isinstance(side_heads, int):
             n_head = side_heads
     guessed = n_head is None
+    if guessed:
+        heads = "guessed"
     try:
         config = infer_config(state, n_head=n_head, layer_norm_eps=eps)
     except (ConfigError, ConversionError) as exc:
@@ -262,7 +269,7 @@ def _infer(path: Path, state: dict, n_head) -> tuple[GPTConfig, list[str]]:
         warnings.append(f"head count not stored in the file: assumed n_head={config.n_head} (GPT-2's for width "
                         f"{config.n_embd}, else 64-wide heads); pass n_head (--n-head) or put a config.json "
                         f"next to it if that is wrong")
-    return config, warnings
+    return config, warnings, heads
 
 
 def is_conv1d(state: dict) -> bool:

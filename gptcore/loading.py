@@ -25,6 +25,7 @@ from .checkpoints import LoadCancelled, LoadError
 from .config import GPTConfig, describe_parts
 from .convert import ConversionError, check_against, convert_state_dict
 from .folder_tokenizer import TokenizerChoice, choose_tokenizer
+from .head_count import HeadCountNeeded
 from .folder_tokenizer import load_tokenizer as _load_chosen_tokenizer
 from .hub import HUB_IDS, is_hub_cached
 from .layouts import RawCheckpoint, is_conv1d, read_source
@@ -44,6 +45,11 @@ DTYPES = {
     "fp16": torch.float16, "float16": torch.float16, "half": torch.float16,
 }
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+# Said after the head count wherever it is shown, when the file did not record it.
+HEADS_NOTE = {"given": " (given by the user: the file does not record it)",
+              "guessed": " (guessed: the file does not record it; pass --n-head)"}
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,7 @@ class LoadInfo:
     seconds: float = 0.0
     provenance: str = ""
     tokenizer: TokenizerChoice = TokenizerChoice("gpt2", reason="GPT-2's tokenizer (default)")
+    heads: str = "file"  # where n_head came from: "file", "given" (the caller's n_head) or "guessed"
 
     @property
     def status(self) -> str:
@@ -83,7 +90,7 @@ class LoadInfo:
             "source": self.source,
             "path": self.path,
             "format": self.format or "-",
-            "shape": f"{c.n_layer} layers, {c.n_head} heads, width {c.n_embd}, MLP {c.d_mlp}, "
+            "shape": f"{c.n_layer} layers, {c.n_head} heads{HEADS_NOTE.get(self.heads, '')}, width {c.n_embd}, MLP {c.d_mlp}, "
                      f"context {c.block_size}, vocab {c.vocab_size}",
             "parts": describe_parts(c),
             "parameters": f"{self.n_params:,} ({format_count(self.n_params)})",
@@ -147,7 +154,7 @@ def resolve_dtype(spec=None) -> torch.dtype:
 # -- load ----------------------------------------------------------------------------------------
 
 def load(source, *, device=None, dtype=None, progress: ProgressFn | None = None, n_head: int | None = None,
-         cancel: Callable[[], bool] | None = None) -> tuple[GPT, LoadInfo]:
+         cancel: Callable[[], bool] | None = None, guess_heads: bool = True) -> tuple[GPT, LoadInfo]:
     """Load a GPT-2-family checkpoint -> (model in eval mode on `device`, LoadInfo).
 
     `source`: a hub id (gpt2, openai-community/gpt2, gpt2-medium, gpt2-large, gpt2-xl, distilgpt2, or
@@ -155,12 +162,16 @@ def load(source, *, device=None, dtype=None, progress: ProgressFn | None = None,
     (model.pth, or its dict with the optimizer state) or a torch state dict file.
     `progress(done, total, what)` is called as bytes arrive and are loaded; `cancel()` is checked
     between steps and raises LoadCancelled. `n_head` is for files without a config (it is not in
-    any tensor shape).
+    any tensor shape); without it such a file loads with a guessed count and a warning, or, with
+    `guess_heads=False`, raises HeadCountNeeded (its `choices` are the counts that fit) before
+    anything is built.
     """
     start = time.perf_counter()
     target_device, target_dtype = resolve_device(device), resolve_dtype(dtype)
     _check_cancel(cancel)
     raw = read_source(source, n_head, progress, cancel)
+    if raw.heads == "guessed" and not guess_heads:
+        raise HeadCountNeeded(raw.path, raw.config.n_embd)
     _check_cancel(cancel)
     model = _build(raw, target_device, target_dtype, progress, cancel)
     tokenizer = choose_tokenizer(raw.path, raw.config.vocab_size, nanogpt=raw.format == "nanoGPT ckpt")
@@ -171,6 +182,7 @@ def load(source, *, device=None, dtype=None, progress: ProgressFn | None = None,
         dtype=DTYPE_NAMES[target_dtype], device=str(model.device), n_params=model.num_parameters(),
         tied=raw.config.tie_weights, trained=raw.provenance.trained, provenance=raw.provenance.why,
         tokenizer=tokenizer, warnings=tuple(raw.warnings), format=raw.format, seconds=time.perf_counter() - start,
+        heads=raw.heads,
     )
     return model, info
 
