@@ -134,12 +134,14 @@ def forget_probe() -> None:
 
 class Linear(nn.Linear):
     """nn.Linear (same parameters, same state_dict) whose forward takes oneDNN's linear on
-    CPU fp32 when nothing needs autograd; anything else (other devices or dtypes, gradients)
-    is nn.Linear's own forward. Hooks on the layer fire either way: they run in __call__."""
+    CPU fp32 when nothing needs autograd; anything else (other devices or dtypes, gradients,
+    CPU autocast, which the op would ignore) is nn.Linear's own forward. Hooks on the layer
+    fire either way: they run in __call__."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w, b = self.weight, self.bias
         if (x.device.type != "cpu" or x.dtype != torch.float32 or w.dtype != torch.float32
+                or torch.is_autocast_enabled("cpu")  # F.linear follows autocast; the op (and its probe) would not
                 or (torch.is_grad_enabled() and (w.requires_grad or x.requires_grad
                                                  or (b is not None and b.requires_grad)))):
             return F.linear(x, w, b)

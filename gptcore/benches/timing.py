@@ -29,18 +29,6 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags (avx512_bf16, amx_bf16, ...); empty where /proc/cpuinfo is absent."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.lower().startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
 def machine_line() -> str:
     """One line for a bench's header: CPU, cores, torch threads, OMP_WAIT_POLICY."""
     return (f"{cpu_name()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, "

@@ -25,6 +25,7 @@ from torch import nn
 
 from .config import TrainConfig, TrainConfigError
 from .errors import NonFiniteLoss, TrainingError  # noqa: F401  (TrainingError: re-exported)
+from .speed import use_fused_adamw
 
 BatchFn = Callable[[str, int], "tuple[torch.Tensor, torch.Tensor]"]
 _AUTOCAST = {"bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -45,13 +46,19 @@ def optimizer_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig, device_type: str, fused: bool | None = None) -> torch.optim.AdamW:
-    """AdamW over `optimizer_groups`. `fused=None` picks torch's fused kernel on CUDA (as
-    nanoGPT does) and torch's default elsewhere, so a CPU run steps exactly as train.py's."""
+    """AdamW over `optimizer_groups`. `fused=None` takes torch's fused kernel wherever it has one
+    (CUDA, as nanoGPT does, and the CPU): the same update in one pass over the parameters instead
+    of a dozen (CPU recipe, 0.8M parameters, 1 thread: 15.9 -> 4.0 ms a step, with the for-loop
+    kernel nanoGPT gets on a CPU). `fused=False` is torch's default kernel, train.py's on a CPU,
+    bitwise; the two differ in the last float bits only."""
     if fused is None:
-        fused = device_type == "cuda"
+        fused = device_type in _FUSED_ADAMW_DEVICES
     extra = {"fused": True} if fused else {}
     return torch.optim.AdamW(optimizer_groups(model, cfg.weight_decay), lr=cfg.learning_rate,
                              betas=(cfg.beta1, cfg.beta2), **extra)
+
+
+_FUSED_ADAMW_DEVICES = ("cuda", "cpu")
 
 
 def grad_norm_groups(model: nn.Module) -> tuple[list[str], list[int]]:
@@ -79,7 +86,7 @@ class Trainer:
     does not divide). Weights then equal one process's up to float summation order — except a
     key bias (bias=True): its gradient is zero in exact arithmetic, and Adam scales the differing
     float noise of 1 vs N processes up to lr-sized steps (harmless: a key bias cannot change
-    attention). `fused` chooses AdamW's implementation (None: nanoGPT's choice).
+    attention). `fused` chooses AdamW's implementation (None: torch's fused kernel where there is one).
     Under DDP call `save` on rank 0 only.
     """
 

@@ -113,3 +113,72 @@ def test_the_library_never_imports_its_benches():
             if any("benches" in n.split(".") or n.split(".")[-1] == "bench" for n in names):
                 offenders.append(str(rel))
     assert offenders == []
+
+
+# -- the training bench (python -m gptcore.bench --train) ------------------------------------------
+
+NANOGPT_STUB = '''"""A stand-in with nanoGPT model.py's interface (GPTConfig, GPT(config), forward(idx, targets) ->
+(logits, loss), configure_optimizers), built on gptcore's GPT: the bench's plumbing, no ../shared."""
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from gptcore import GPT as _GPT, GPTConfig as _Config
+
+
+@dataclass
+class GPTConfig:
+    block_size: int = 1024
+    vocab_size: int = 50304
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    dropout: float = 0.0
+    bias: bool = True
+
+
+class GPT(torch.nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        print("number of parameters: (swallowed by the bench)")
+        self.inner = _GPT(_Config(**vars(config)))
+
+    def forward(self, idx, targets=None):
+        logits = self.inner(idx)
+        loss = None if targets is None else F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        return logits, loss
+
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+        return torch.optim.AdamW(self.parameters(), lr=learning_rate, betas=betas, weight_decay=weight_decay)
+'''
+
+TINY_TRAIN = ["--train", "--iters", "2", "--block", "1", "--warmup", "1"]
+
+
+def test_train_bench_without_nanogpt_says_so_and_times_ours(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")  # the bench sets it by default; keep it from leaking
+    absent = tmp_path / "absent_model.py"
+    assert bench.main([*TINY_TRAIN, "--nanogpt", str(absent)]) == 0
+    out = capsys.readouterr().out
+    assert f"nanoGPT's model.py not found at {absent} (pass --nanogpt PATH): timing ours only" in out
+    ours = next(line for line in out.splitlines() if line.split()[:1] == ["ours"] and "ms/iter" in line)
+    assert math.isfinite(float(ours.split()[1])) and float(ours.split()[1]) > 0
+    assert "ratio: n/a" in out and "machine: " in out and "torch threads" in out
+
+
+def test_train_bench_prints_a_finite_ratio_and_loss_table(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    stub = tmp_path / "model.py"
+    stub.write_text(NANOGPT_STUB, encoding="utf-8")
+    assert bench.main([*TINY_TRAIN, "--nanogpt", str(stub), "--loss", "--loss-iters", "2", "--eval-iters", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "swallowed" not in out
+    ratio_line = next(line for line in out.splitlines() if line.startswith("ratio (ours it/s / nanoGPT it/s): "))
+    ratio = float(ratio_line.split(": ", 1)[1].split()[0])
+    assert math.isfinite(ratio) and ratio > 0 and "target >= 1.25" in ratio_line
+    header = next(line for line in out.splitlines() if line.split()[:1] == ["iter"])
+    row = next(line for line in out.splitlines() if line.split()[:1] == ["2"])
+    assert "nanoGPT" in header and "ours" in header
+    losses = [float(v) for v in row.split("(")[0].split()[1:]]  # one val loss per side, then "(N s)"
+    assert len(losses) >= 2 and all(math.isfinite(v) and 0 < v < 10 for v in losses)

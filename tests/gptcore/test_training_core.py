@@ -95,7 +95,7 @@ def test_steps_equal_train_py_reference_loop():
     reference = copy.deepcopy(model)
     reference.tie_weights()
     ref_opt = reference_optimizer(reference, tc.weight_decay, tc.learning_rate, (tc.beta1, tc.beta2))
-    trainer = Trainer(model, tc)
+    trainer = Trainer(model, tc, fused=False)  # train.py's CPU AdamW (the default fused one differs by an ulp)
     clipped = 0
     for it in range(30):
         x, y = batch_of(it, tc)
@@ -109,6 +109,26 @@ def test_steps_equal_train_py_reference_loop():
     for (name, a), b in zip(model.state_dict().items(), reference.state_dict().values()):
         assert torch.equal(a, b), name  # bitwise: the same operations in the same order
     assert not torch.equal(model.embed.weight, initial["embed.weight"])  # the steps did move the weights
+
+
+def test_fused_adamw_default_follows_the_reference_loop():
+    tc = small_config()
+    model = GPT(GPTConfig(**NANO), seed=3)
+    reference = copy.deepcopy(model)
+    reference.tie_weights()
+    ref_opt = reference_optimizer(reference, tc.weight_decay, tc.learning_rate, (tc.beta1, tc.beta2))
+    trainer = Trainer(model, tc)
+    assert trainer.optimizer.defaults["fused"]
+    for it in range(30):
+        x, y = batch_of(it, tc)
+        ours = trainer.step(x, y)
+        assert ours == pytest.approx(reference_step(reference, ref_opt, it, [(x[:3], y[:3]), (x[3:], y[3:])], tc),
+                                     abs=1e-5), f"step {it}"
+    C = NANO["n_embd"]
+    for (name, a), b in zip(model.state_dict().items(), reference.state_dict().values()):
+        if name.endswith("c_attn.bias"):  # the key bias's gradient is 0 up to float noise, which Adam
+            a, b = torch.cat([a[:C], a[2 * C:]]), torch.cat([b[:C], b[2 * C:]])  # scales to lr-sized steps
+        assert torch.allclose(a, b, atol=1e-5, rtol=0), name
 
 
 def test_weight_decay_only_on_matrices_and_tied_once():

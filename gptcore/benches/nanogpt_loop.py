@@ -1,0 +1,93 @@
+"""The reference side of the training bench: nanoGPT's own model.py, loaded from a file, trained
+by train.py's loop as written out here.
+
+Why load a file instead of importing a package: nanoGPT is not a dependency (it is a repository,
+not a package); the bench takes its model.py from `--nanogpt PATH` or, by default, from the
+project's shared reference copy beside the checkout. The loop is train.py's, read from train.py
+(no code of it imported): `get_lr` (linear warmup lr·(it+1)/(warmup+1), cosine to min_lr, min_lr
+after lr_decay_iters), `configure_optimizers` (nanoGPT's own: decay on 2+-dim tensors, fused only
+on CUDA), one forward/backward per micro-step scaled by 1/accumulation, `clip_grad_norm_`,
+`optimizer.step()`, `zero_grad(set_to_none=True)`, and `loss.item()` for the log line. On a CPU
+train.py runs float32 (its autocast context is a nullcontext there) and its GradScaler is
+disabled, so neither appears here.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import math
+from pathlib import Path
+
+import torch
+
+MODEL_KEYS = ("block_size", "vocab_size", "n_layer", "n_head", "n_embd", "dropout", "bias")
+
+
+def default_nanogpt_path() -> Path:
+    """../shared/reference/nanogpt_model.py relative to the checkout holding gptcore/."""
+    return Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "nanogpt_model.py"
+
+
+def load_nanogpt(path) -> object:
+    """nanoGPT's model.py as a module (named nanogpt_model, not registered in sys.modules)."""
+    spec = importlib.util.spec_from_file_location("nanogpt_model", str(path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def get_lr(it: int, cfg) -> float:
+    """train.py's get_lr, with TrainConfig's field names (they are train.py's)."""
+    if not cfg.decay_lr:
+        return cfg.learning_rate
+    if it < cfg.warmup_iters:
+        return cfg.learning_rate * (it + 1) / (cfg.warmup_iters + 1)
+    if it > cfg.lr_decay_iters:
+        return cfg.min_lr
+    decay_ratio = (it - cfg.warmup_iters) / (cfg.lr_decay_iters - cfg.warmup_iters)
+    coeff = 0.5 * (1.0 + math.cos(math.pi * decay_ratio))
+    return cfg.min_lr + coeff * (cfg.learning_rate - cfg.min_lr)
+
+
+class NanoGPTLoop:
+    """nanoGPT's GPT with its optimizer, stepped as train.py steps it. `model_args` are nanoGPT
+    GPTConfig fields; `cfg` a TrainConfig (train.py's names). Seeded as train.py seeds: the
+    model's initial weights come from torch.manual_seed(cfg.seed) just before it is built."""
+
+    def __init__(self, module, model_args: dict, cfg):
+        self.cfg = cfg
+        torch.manual_seed(cfg.seed)
+        with contextlib.redirect_stdout(io.StringIO()):  # it prints its parameter count and groups
+            self.model = module.GPT(module.GPTConfig(**{k: model_args[k] for k in MODEL_KEYS}))
+            self.optimizer = self.model.configure_optimizers(cfg.weight_decay, cfg.learning_rate,
+                                                             (cfg.beta1, cfg.beta2), "cpu")
+        self.model.train()
+        self.iter_num = 0
+
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> float:
+        """One iteration of train.py's loop on the global batch (accumulation × batch_size, T)."""
+        cfg = self.cfg
+        lr = get_lr(self.iter_num, cfg)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        steps, B = cfg.gradient_accumulation_steps, cfg.batch_size
+        for micro in range(steps):
+            _, loss = self.model(x[micro * B:(micro + 1) * B], y[micro * B:(micro + 1) * B])
+            loss = loss / steps
+            loss.backward()
+        if cfg.grad_clip != 0.0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.iter_num += 1
+        return loss.item() * steps  # train.py's lossf: the last micro-step's loss, unscaled
+
+    @torch.no_grad()
+    def val_loss(self, batches) -> float:
+        """Mean loss over `batches` [(x, y), ...] in eval mode (train.py's estimate_loss, one split)."""
+        self.model.eval()
+        try:
+            return float(torch.stack([self.model(x, y)[1] for x, y in batches]).mean())
+        finally:
+            self.model.train()
