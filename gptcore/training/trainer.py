@@ -25,7 +25,6 @@ from torch import nn
 
 from .config import TrainConfig, TrainConfigError
 from .errors import NonFiniteLoss, TrainingError  # noqa: F401  (TrainingError: re-exported)
-from .speed import use_fused_adamw
 
 BatchFn = Callable[[str, int], "tuple[torch.Tensor, torch.Tensor]"]
 _AUTOCAST = {"bfloat16": torch.bfloat16, "float16": torch.float16}
