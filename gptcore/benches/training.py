@@ -89,8 +89,9 @@ def run_train_bench(nanogpt: str | None = None, iters: int = 200, block: int = 1
     say(f"training bench: nanoGPT's CPU recipe ({model_args['n_layer']} layers, {model_args['n_head']} heads, "
         f"{model_args['n_embd']} wide, block {T}, batch {rows}), char-level {corpus.name} ({corpus.vocab_size} symbols)")
     say(f"machine: {machine_line()}; native bf16: {'yes (' + ', '.join(flags) + ')' if flags else 'no'}")
-    say(f"ours: gptcore Trainer, {chosen} autocast" if chosen != "float32" else "ours: gptcore Trainer, float32")
-    say(f"  AdamW fused: {speed.use_fused_adamw('cpu')}; attention: fused SDPA (float32 under autocast)")
+    ours = make_ours(model_args, cfg)
+    say(f"ours: gptcore Trainer, {chosen + ' autocast' if chosen != 'float32' else 'float32'}, AdamW fused: "
+        f"{bool(ours.optimizer.defaults.get('fused'))}; attention: SDPA (float32 under autocast)")
     if module is None:
         say(MISSING.format(path=path))
     else:
@@ -98,7 +99,7 @@ def run_train_bench(nanogpt: str | None = None, iters: int = 200, block: int = 1
     result = dict(dtype=chosen, nanogpt=str(path) if module else None)
 
     batches = [corpus.batch("train", it, rows, T, seed) for it in range(max(iters, block) + warmup)]
-    steps = {"ours": make_ours(model_args, cfg).step}
+    steps = {"ours": ours.step}
     if module is not None:
         steps["nanoGPT"] = NanoGPTLoop(module, model_args, cfg).step
     samples = time_interleaved(steps, batches, iters, block, warmup)

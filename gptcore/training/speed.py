@@ -8,9 +8,8 @@ avx512_bf16, 2 cores shared with other work; `python -m gptcore.bench --train`):
   gains nothing, so bfloat16 is chosen only where `native_bf16()` says the CPU has them;
 - attention stays float32 under CPU autocast (model._fused_attention: torch's CPU flash kernel
   is 3x slower in bfloat16 than in float32 at this shape);
-- AdamW's fused CPU kernel: 1.1 ms per step instead of the for-loop's 3.5 ms (torch >= 2.4).
-  It rounds differently from the for-loop kernel by an ulp, so a step is not bitwise train.py's
-  CPU step (it is train.py's CUDA choice); `Trainer(..., fused=False)` gives the bitwise one;
+- AdamW's fused CPU kernel (Trainer's default, chosen in trainer.make_optimizer): 1.1 ms per
+  step instead of the for-loop's 3.5 ms; `Trainer(..., fused=False)` is train.py's CPU step bitwise;
 - OpenMP's default spin-wait made 2 threads 3-6x slower than 1 while another process was busy;
   OMP_WAIT_POLICY=PASSIVE avoids it but must be set before torch is imported (gptcore.train and
   the bench set it; a script that imports torch first decides for itself).
@@ -18,9 +17,6 @@ avx512_bf16, 2 cores shared with other work; `python -m gptcore.bench --train`):
 from __future__ import annotations
 
 import functools
-
-FUSED_ADAMW_DEVICES = ("cuda", "cpu")  # torch >= 2.4 has a fused AdamW kernel for both
-
 
 @functools.lru_cache(maxsize=None)
 def cpu_flags() -> frozenset[str]:
@@ -51,8 +47,3 @@ def fast_dtype(device_type: str) -> str:
     """The autocast dtype a run on `device_type` should use by default: TrainConfig.dtype's name.
     (CUDA's choice is train.py's and lives in setup.py; this is the CPU's.)"""
     return "bfloat16" if device_type == "cpu" and native_bf16("cpu") else "float32"
-
-
-def use_fused_adamw(device_type: str) -> bool:
-    """Whether Trainer's default AdamW is torch's fused kernel on this device type."""
-    return device_type in FUSED_ADAMW_DEVICES

@@ -1,5 +1,5 @@
 """The training fast path (gptcore/training/speed.py): bfloat16 chosen only where the CPU has it,
-attention kept in float32 under CPU autocast, fused AdamW by default. No timing is asserted."""
+attention kept in float32 under CPU autocast. No timing is asserted."""
 from __future__ import annotations
 
 import pytest
@@ -32,13 +32,6 @@ def test_attention_stays_float32_under_cpu_autocast():
     assert all(z.dtype == torch.float32 for z in cache.values())  # the fused kernel ran in float32
     assert logits.dtype == torch.bfloat16  # ... and the matrix products around it in bfloat16
     torch.testing.assert_close(logits.float(), reference, atol=0.1, rtol=0)
-
-
-def test_trainer_uses_fused_adamw_by_default_and_the_for_loop_on_request():
-    cfg = TrainConfig(batch_size=2, gradient_accumulation_steps=1, max_iters=3, warmup_iters=1, lr_decay_iters=3,
-                      device="cpu")
-    assert Trainer(GPT(GPTConfig(**NANO), seed=0), cfg).optimizer.defaults["fused"] is True
-    assert not Trainer(GPT(GPTConfig(**NANO), seed=0), cfg, fused=False).optimizer.defaults["fused"]
 
 
 def test_bf16_training_steps_follow_float32_ones():
