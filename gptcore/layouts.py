@@ -154,7 +154,9 @@ def _config_from_hf_json(path: Path, hf: dict) -> tuple[GPTConfig, list[str]]:
     except (ConfigError, TypeError, ValueError) as exc:
         raise LoadError(f"{path} describes a model that cannot be built: {exc}") from None
     warnings = []
-    if hf.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
+    if hf.get("activation_function") == "gelu":  # transformers' "gelu" is the exact erf form
+        config = config.replace(activation="gelu")
+    elif hf.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
         warnings.append(f"config.json asks for activation {hf['activation_function']!r}; this model uses GELU "
                         f"(tanh approximation) as GPT-2 does, so outputs differ from the original")
     if hf.get("scale_attn_by_inverse_layer_idx") or hf.get("scale_attn_weights") is False:

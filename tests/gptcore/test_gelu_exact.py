@@ -69,3 +69,24 @@ def test_nanogpt_checkpoint_loads_with_exact_gelu(tmp_path):
         tanh = tanh_model.eval()(idx)
     assert (got - want).abs().max() <= 1e-5
     assert (tanh - want).abs().max() > 1e-4  # the bound above would catch the tanh approximation
+
+
+def test_hf_config_asking_for_exact_gelu_gets_it(tmp_path):
+    """transformers' activation_function "gelu" is the exact form: loaded with it, no warning."""
+    pytest.importorskip("transformers")
+    from hf_oracle import random_hf
+
+    hf = random_hf(1, activation_function="gelu").eval()
+    with torch.no_grad():
+        for block in hf.transformer.h:
+            block.mlp.c_fc.weight.mul_(8.0)  # MLP inputs where erf and tanh GELU differ
+    hf.save_pretrained(tmp_path / "hf")
+    model, info = load(tmp_path / "hf")
+    assert info.config.activation == "gelu" and not any("activation" in w for w in info.warnings)
+    idx = torch.randint(101, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = hf(idx).logits
+        assert (model(idx) - want).abs().max() <= 1e-5
+        tanh_model = GPT(info.config.replace(activation="gelu_tanh"), init=None)
+        tanh_model.load_state_dict(model.state_dict())
+        assert (tanh_model.eval()(idx) - want).abs().max() > 1e-4
