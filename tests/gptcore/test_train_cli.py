@@ -232,3 +232,12 @@ def test_bad_data_and_folders_are_named(tmp_path, text_file, capsys):
     assert "already holds a run; continue it with --init_from=resume" in capsys.readouterr().err
     assert main([f"--out_dir={out}", "--resume", "--n_layer=3"]) == 2
     assert "a resumed run's model comes from its checkpoint" in capsys.readouterr().err
+
+
+def test_the_probe_cost_bench_prices_the_default_interval(capsys):
+    from gptcore.benches import probe_cost
+    from gptcore.train import DEFAULT_PROBE_INTERVAL
+
+    assert probe_cost.main(["--rounds=1", "--steps=2"]) == 0
+    out = capsys.readouterr().out
+    assert f"probe_interval={DEFAULT_PROBE_INTERVAL}: probes cost" in out and "% of training time" in out
