@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import struct
 import subprocess
 import sys
@@ -123,6 +124,10 @@ def make_bad_source(case: str, tmp_path: Path) -> tuple[str, list[str]]:
         path = tmp_path / "ckpt.pt"
         torch.save({"model": hf.state_dict(), "model_args": {}, "hook": RunsCode(tmp_path / "code-ran")}, path)
         return str(path), ["refused", "run any code"]
+    if case == "1-raw-pickle":  # pickle.dump at protocol 4: no zip, no torch header (issue 23)
+        path = tmp_path / "model.pth"
+        path.write_bytes(pickle.dumps({"model": hf.state_dict(), "hook": RunsCode(tmp_path / "code-ran")}, protocol=4))
+        return str(path), ["refused", "asks to call `builtins.exec`", "Nothing was executed"]
     if case == "2-custom-class":
         path = tmp_path / "ckpt.pt"
         torch.save({"model": hf.state_dict(), "model_args": {}, "state": TrainingState()}, path)
@@ -138,6 +143,11 @@ def make_bad_source(case: str, tmp_path: Path) -> tuple[str, list[str]]:
         (path.parent / "config.json").write_text(json.dumps(hf.config.to_dict()))
         path.write_bytes(os.urandom(4096))
         return str(path.parent), ["corrupt file", "re-download"]
+    if case == "3-truncated-torch":  # a cut-short torch.save zip: our words, not torch's miniz text
+        path = tmp_path / "ckpt.pt"
+        torch.save({"model": hf.state_dict(), "model_args": {}}, path)
+        path.write_bytes(path.read_bytes()[:20000])
+        return str(path), ["corrupt file", "cut short", "re-download"]
     if case == "4-lying-header":
         path = tmp_path / "lies.safetensors"
         header = json.dumps({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}).encode()
@@ -155,7 +165,8 @@ def make_bad_source(case: str, tmp_path: Path) -> tuple[str, list[str]]:
     raise AssertionError(case)
 
 
-LOAD_FAULTS = ["1-code-pickle", "2-custom-class", "3-truncated-safetensors", "3-random-bin", "4-lying-header",
+LOAD_FAULTS = ["1-code-pickle", "1-raw-pickle", "2-custom-class", "3-truncated-safetensors", "3-random-bin",
+               "3-truncated-torch", "4-lying-header",
                "5-nan-weights", "6-shape-mismatch", "7-hub-not-cached"]
 
 
@@ -171,7 +182,7 @@ def test_fault_bad_checkpoint_opened_in_the_window_loses_nothing(qtbot, window, 
     assert window.error_dialog.windowTitle() == "Could not load the model"
     for fragment in fragments:
         assert fragment in message, (fragment, message)
-    assert "is still loaded" in message and "Traceback" not in message
+    assert "is still loaded" in message and "Traceback" not in message and "Please file an issue" not in message and "miniz" not in message
     assert not (tmp_path / "code-ran").exists()  # item 1: the payload never ran
     assert snapshot(window, attention, config, generation) == before  # nothing lost
     window.error_dialog.close()
