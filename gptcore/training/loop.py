@@ -129,6 +129,10 @@ class TrainingRun:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             return self._loop()
+        except KeyboardInterrupt:
+            self.writer.write("error", step=self._step(), message="interrupted twice: stopped without saving; "
+                                                                  "the checkpoint of the last eval is kept")
+            raise
         except BaseException as exc:
             self.writer.write("error", step=self._step(), message=f"{type(exc).__name__}: {exc}")
             raise
@@ -138,6 +142,8 @@ class TrainingRun:
             self.writer.close()
 
     def _on_signal(self, signum, frame) -> None:
+        if self._signal == "SIGINT" and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # Ctrl-C twice: the user will not wait for the save
         self._signal = "SIGINT" if signum == signal.SIGINT else "SIGTERM"
 
     def _step(self) -> int:

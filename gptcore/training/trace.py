@@ -8,8 +8,8 @@ Format (`DIR/trace.jsonl`, UTF-8, one JSON object per line, strict JSON: no NaN 
 non-finite number is written as null):
 
     every record   "kind": one of KINDS; "time": Unix seconds (float); most also carry "step"
-                   (the optimizer step just finished, counted from 0 at the run's start and
-                   continued by a resume) and "scheme" (the init scheme the record is about).
+                   (counted from 0 at the run's start and continued by a resume; what it counts is
+                   said per kind) and "scheme" (the init scheme the record is about).
     start          {"run": run id, "schemes": [...], "step": first step, "max_iters": n, "resumed": bool,
                     "world_size": n}
     train          {"scheme", "step": index of the optimizer step (0-based, run on the weights of step
@@ -20,8 +20,9 @@ non-finite number is written as null):
                     "val": loss}  (mean over eval_iters batches each; probe and checkpoint count alike)
     probe          {"scheme", "step", "census": {score name: [[layer][head]]}, "residual": {"labels",
                     "norms"}, "attention": {"file": path relative to DIR of a .npy (L, nh, T, T) float16,
-                    "tokens": [T strings]}, "icl": {"score", "early", "late", "early_positions",
-                    "late_positions"}, "sample": {"prompt", "text"}, "seconds": cost of the probe}
+                    "shape", "tokens": [T strings]}, "icl": {"score", "early", "late", "early_positions",
+                    "late_positions", "loss_by_position": {"positions", "loss"}}, "sample": {"prompt",
+                    "text"}, "seconds": cost of the probe}
                    (recorder.py says how each is measured)
     checkpoint     {"scheme", "step", "path": the step's weights (relative to DIR), "latest": ckpt path}
     message        {"text"}: something a watcher should show (a warning, a refusal)

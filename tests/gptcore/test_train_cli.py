@@ -44,9 +44,11 @@ def state_of(ckpt: Path) -> dict:
     return ckpt_dict, state
 
 
-def test_a_run_leaves_a_documented_folder_and_a_well_formed_trace(tmp_path, text_file):
+def test_a_run_leaves_a_documented_folder_and_a_well_formed_trace(tmp_path, text_file, capsys):
     out = tmp_path / "run"
     assert train(out, text_file, "--max_iters=8") == 0
+    progress = [line for line in capsys.readouterr().out.splitlines() if line.startswith("iter ")]
+    assert len(progress) == 4 and all("tok/s" in line and "ETA" in line and "gpt2 " in line for line in progress)
     folder = RunFolder(out)
     meta = folder.read_meta()
     assert meta["schemes"] == ["gpt2"] and meta["model_config"]["n_embd"] == 16
@@ -232,6 +234,14 @@ def test_bad_data_and_folders_are_named(tmp_path, text_file, capsys):
     assert "already holds a run; continue it with --init_from=resume" in capsys.readouterr().err
     assert main([f"--out_dir={out}", "--resume", "--n_layer=3"]) == 2
     assert "a resumed run's model comes from its checkpoint" in capsys.readouterr().err
+    other = tmp_path / "other.txt"
+    other.write_text("ZYXWVUTSRQPONMLKJIHGFEDCBA 0123456789 " * 200)
+    assert main([f"--out_dir={out}", "--resume", f"--data={other}", "--max_iters=3"]) == 2
+    assert "has vocab_size 17 but other.txt needs 37 ids" in capsys.readouterr().err
+    other.write_text("ZYXWVUTSRQ PONM\n" * 300)  # as few symbols, other characters
+    assert main([f"--out_dir={out}", "--resume", f"--data={other}", "--max_iters=3"]) == 2
+    assert "another character vocabulary" in capsys.readouterr().err
+    assert [r["kind"] for r in read_trace(out / "trace.jsonl")].count("start") == 1  # the refused resume wrote nothing
 
 
 def test_the_probe_cost_bench_prices_the_default_interval(capsys):

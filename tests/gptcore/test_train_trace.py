@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
+import time
 
 import pytest
 
@@ -116,3 +118,29 @@ def test_follow_stops_at_the_end_of_the_run(tmp_path):
 def test_read_trace_of_a_missing_file_says_what_a_run_folder_holds(tmp_path):
     with pytest.raises(TraceError, match="trace.jsonl once its run has started"):
         read_trace(tmp_path / "trace.jsonl")
+
+
+def test_a_reader_follows_a_trace_while_another_thread_writes_it(tmp_path):
+    path = tmp_path / "trace.jsonl"
+    written = threading.Event()
+
+    def run():
+        with TraceWriter(path) as w:
+            w.write("start", step=0)
+            for step in range(20):
+                w.write("train", step=step, loss=1.0 / (step + 1))
+                time.sleep(0.01)
+            w.write("done", step=20)
+        written.set()
+
+    writer = threading.Thread(target=run)
+    reader = TraceReader(path)
+    writer.start()
+    got, during = [], 0
+    for record in reader.follow(interval=0.005, timeout=30):
+        got.append(record)
+        during += not written.is_set()
+    writer.join()
+    assert [r["kind"] for r in got] == ["start", *["train"] * 20, "done"]
+    assert [r["step"] for r in got if r["kind"] == "train"] == list(range(20))
+    assert during > 1  # records were read while the file was still growing
