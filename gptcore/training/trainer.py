@@ -114,9 +114,10 @@ class Trainer:
 
             ids = [self.device.index or 0] if self.device.type == "cuda" else None
             self._ddp = DistributedDataParallel(self.model, device_ids=ids)
-        dtype = _AUTOCAST.get(train_config.dtype)
+        self.dtype = resolve_dtype(train_config.dtype, self.device)  # "float32", "bfloat16" or "float16"
+        dtype = _AUTOCAST.get(self.dtype)
         self._autocast = (lambda: torch.autocast(self.device.type, dtype=dtype)) if dtype else contextlib.nullcontext
-        self._scaler = torch.amp.GradScaler(self.device.type, enabled=train_config.dtype == "float16")
+        self._scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == "float16")
 
     # -- one optimizer step -------------------------------------------------------------------
     def step(self, x: torch.Tensor, y: torch.Tensor) -> float:
@@ -222,6 +223,27 @@ class Trainer:
         from .checkpoint import resume_trainer
 
         return resume_trainer(cls, path, train_config, device=device, fused=fused)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> str:
+    """TrainConfig.dtype with "auto" decided for `device` (see TrainConfig)."""
+    if dtype != "auto":
+        return dtype
+    if device.type == "cuda":
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    if device.type == "cpu" and cpu_has_native_bf16():
+        return "bfloat16"
+    return "float32"
+
+
+def cpu_has_native_bf16() -> bool:
+    """AVX512-BF16 or AMX: bf16 matrix products at about twice float32's rate. Asked through
+    torch.cpu's private probes; a torch without them answers False (float32, always correct)."""
+    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    try:
+        return any(bool(probe()) for probe in probes if probe is not None)
+    except (RuntimeError, AttributeError):
+        return False
 
 
 def _world() -> tuple[int, int]:

@@ -22,7 +22,8 @@ NANO = dict(vocab_size=VOCAB, block_size=16, n_layer=2, n_head=2, n_embd=32, bia
 
 def small_config(**overrides) -> TrainConfig:
     values = dict(batch_size=3, gradient_accumulation_steps=2, max_iters=30, learning_rate=3e-3, min_lr=3e-4,
-                  warmup_iters=5, lr_decay_iters=25, beta2=0.99, grad_clip=1.0, eval_iters=2, device="cpu")
+                  warmup_iters=5, lr_decay_iters=25, beta2=0.99, grad_clip=1.0, eval_iters=2, device="cpu",
+                  dtype="float32")
     values.update(overrides)
     return TrainConfig(**values)
 
@@ -75,6 +76,28 @@ def test_accumulation_must_divide_among_processes():
     assert tc.local_accumulation(8) == 5
     with pytest.raises(TrainConfigError, match="gradient_accumulation_steps.*3 processes.*multiple of 3"):
         tc.local_accumulation(3)
+
+
+def test_auto_dtype_is_bf16_only_where_the_cpu_has_it(monkeypatch):
+    from gptcore.training import trainer as trainer_module
+
+    model = GPT(GPTConfig(**NANO), seed=0)
+    monkeypatch.setattr(trainer_module, "cpu_has_native_bf16", lambda: False)
+    assert Trainer(model, small_config(dtype="auto")).dtype == "float32"
+    monkeypatch.setattr(trainer_module, "cpu_has_native_bf16", lambda: True)
+    assert Trainer(model, small_config(dtype="auto")).dtype == "bfloat16"
+    assert TrainConfig().dtype == "auto"
+
+
+def test_bf16_autocast_trains_close_to_float32():
+    tc = small_config()
+    runs = {}
+    for dtype in ("float32", "bfloat16"):
+        trainer = Trainer(GPT(GPTConfig(**NANO), seed=6), tc.replace(dtype=dtype))
+        runs[dtype] = [trainer.step(*batch_of(it, tc)) for it in range(6)]
+        assert trainer.model.embed.weight.dtype == torch.float32  # weights and Adam state stay float32
+    assert runs["bfloat16"] == pytest.approx(runs["float32"], abs=3e-2)
+    assert runs["bfloat16"] != runs["float32"]  # autocast did run in bfloat16
 
 
 def test_step_refuses_a_batch_that_is_not_global():

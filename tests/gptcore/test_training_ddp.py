@@ -18,7 +18,8 @@ CFG = dict(vocab_size=19, block_size=8, n_layer=1, n_head=2, n_embd=16, bias=Fal
 
 def _config() -> TrainConfig:
     return TrainConfig(batch_size=2, gradient_accumulation_steps=4, learning_rate=1e-2, min_lr=1e-3,
-                       warmup_iters=1, lr_decay_iters=6, device="cpu")
+                       warmup_iters=1, lr_decay_iters=6, device="cpu",
+                       dtype="float32")
 
 
 def _batch(it: int, tc: TrainConfig):
