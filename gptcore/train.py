@@ -14,9 +14,8 @@ Settings use nanoGPT's override style, `--key=value` (or `--key value`):
   probe_interval (steps between probes, 0 = none); max_time (seconds, then stop as if done);
   log_interval (steps between progress lines); keep_every (keep the weights of every Nth eval);
   init_from: scratch or resume (`--resume` is short for it): continue the run in out_dir.
-Defaults are nanoGPT's CPU recipe (TrainConfig.cpu_recipe, CPU_RECIPE_MODEL). dtype defaults to
-train.py's choice on CUDA (bfloat16 where the GPU has it, else float16) and on a CPU to bfloat16
-only where it computes it natively (avx512_bf16/AMX; training/speed.py), else float32. SIGINT (Ctrl-C) and
+Defaults are nanoGPT's CPU recipe (TrainConfig.cpu_recipe, CPU_RECIPE_MODEL) with dtype=auto
+(bfloat16 where the hardware computes it natively; run.json records what was used). SIGINT (Ctrl-C) and
 SIGTERM save a checkpoint and stop cleanly (exit 130 and 0). Bad settings, data or a config that
 will not fit in memory are refused before anything starts, with a message and exit status 2.
 """

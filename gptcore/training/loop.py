@@ -113,7 +113,9 @@ class TrainingRun:
                        "train_tokens": len(self.corpus.train), "val_tokens": len(self.corpus.val)},
             "tokenizer": {"kind": self.corpus.tokenizer,
                           "vocab": "char_vocab.json" if self.corpus.tokenizer == "char" else None},
-            "world_size": plan.world_size, "device": plan.device, "probe_interval": plan.probe_interval,
+            "world_size": plan.world_size, "device": plan.device,
+            "dtype": next(iter(self.trainers.values())).dtype,  # what "auto" became on this machine
+            "probe_interval": plan.probe_interval,
             "max_time": plan.max_time, "checkpoints": {s: self.folder.ckpt(s, plan.schemes).name for s in plan.schemes},
         }
         self.meta = self.folder.start(meta, resume=plan.resume, step=self.start_step)

@@ -8,7 +8,8 @@ panel, a terminal, a cluster job on a shared disk). Only rank 0 writes it. Layou
                          "started": ISO time, "schemes": [init schemes], "model_config": GPTConfig
                          dict, "train_config": TrainConfig dict, "corpus": {...}, "tokenizer":
                          {"kind": "char"|"gpt2"|"ids", "vocab": "char_vocab.json" or null}, "world_size": n,
-                         "device": str, "probe_interval": n, "max_time": seconds or null,
+                         "device": str, "dtype": the autocast dtype training used ("auto" decided),
+                         "probe_interval": n, "max_time": seconds or null,
                          "checkpoints": {scheme: file name of its latest ckpt}, "resumes": [
                          {"time", "step", "command"}]}
     DIR/trace.jsonl     the append-only record of the run (trace.py has the format)
@@ -103,7 +104,7 @@ class RunFolder:
             old = self.read_meta()
             old.setdefault("resumes", []).append(
                 {"time": _now(), "step": step, "command": meta.get("command")})
-            for key in ("train_config", "max_time", "probe_interval", "world_size", "device"):
+            for key in ("train_config", "max_time", "probe_interval", "world_size", "device", "dtype"):
                 if key in meta:
                     old[key] = meta[key]  # a resume may extend max_iters, change the interval, ...
             write_json(self.run_json, old)

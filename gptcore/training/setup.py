@@ -79,8 +79,6 @@ def plan_run(settings: Settings, argv: list[str], world_size: int = 1, rank: int
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = _pick_device(train_values.get("device") if ("device" in given or resume) else None, world_size, local_rank)
     train_values["device"] = device
-    if "dtype" not in given and not resume:
-        train_values["dtype"] = default_dtype(device)
     train_config = TrainConfig.from_dict(train_values)
     train_config.local_accumulation(world_size)  # refuse an accumulation the processes cannot share
 
@@ -99,18 +97,6 @@ def plan_run(settings: Settings, argv: list[str], world_size: int = 1, rank: int
                    command=["python", "-m", "gptcore.train", *argv],
                    corpus_source=None if data is None else str(Path(data).expanduser().resolve()),
                    world_size=world_size, rank=rank, device=device)
-
-
-def default_dtype(device: str) -> str:
-    """train.py's choice on CUDA (bfloat16 where the GPU has it, else float16 with a grad scaler);
-    on a CPU bfloat16 only where it runs natively (speed.py), else float32."""
-    if device.startswith("cuda"):
-        import torch
-
-        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
-    from .speed import fast_dtype
-
-    return fast_dtype(device.split(":")[0])
 
 
 def _pick_device(asked: str | None, world_size: int, local_rank: int) -> str:

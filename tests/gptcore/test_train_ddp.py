@@ -81,7 +81,7 @@ def test_on_cuda_the_run_trains_under_bf16_autocast_by_default(tmp_path):
                  "--device=cuda"], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     expected = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
-    assert RunFolder(out).read_meta()["train_config"]["dtype"] == expected
+    assert RunFolder(out).read_meta()["dtype"] == expected
     records = read_trace(out / "trace.jsonl")
     losses = [r["loss"] for r in records if r["kind"] == "train"]
     assert len(losses) == 6 and all(loss is not None and loss > 0 for loss in losses)
