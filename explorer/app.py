@@ -33,6 +33,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model", metavar="SOURCE",
                    help="hub id (gpt2, gpt2-medium, …), Hugging Face folder, .safetensors file or nanoGPT ckpt.pt "
                         "(default: GPT-2 small if it can be had, else an untrained model of its shape)")
+    p.add_argument("--n-head", type=int, metavar="N",
+                   help="attention heads of a --model file that does not record them (the book's model.pth); "
+                        "without it the window asks, and --screenshot exits 2")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where the model runs")
     p.add_argument("--panel", choices=panel_names(), help="panel to show first")
     p.add_argument("--prompt", help="initial prompt for the panels that take one")
@@ -50,6 +53,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     except ValueError:
         p.error(f"--size {args.size!r}: use WIDTHxHEIGHT in pixels, e.g. 1280x820 (200–8000 wide, 150–8000 high)")
     args.size_wh = (w, h) if args.size else None  # None: the saved geometry (screenshots: DEFAULT_SIZE)
+    if args.n_head is not None and (args.n_head < 1 or not args.model):
+        p.error(f"--n-head {args.n_head}: give a positive head count, with the --model file it is for")
     if args.screenshot and not args.panel:
         args.panel = "config"
     return args
@@ -226,6 +231,7 @@ def main(argv=None) -> int:
                         log_path=str(log_path) if log_path else None)
     window.auto_download = not args.screenshot  # a screenshot uses what is here, never waits on the network
     window.fall_back_on_failed_start = not args.screenshot  # a screenshot of a bad --model exits 2 instead
+    window.ask_head_count = not args.screenshot  # nobody to ask: the error names --n-head, exit 2
     holder = {"window": window}
     install_exception_hook(lambda: holder.get("window"))
     apply_size(window, args)
@@ -253,7 +259,7 @@ def main(argv=None) -> int:
     window.installEventFilter(first_paint)
     window.show()
     if not args.exit_after_paint:
-        QTimer.singleShot(0, lambda: window.start(args.model, args.device))
+        QTimer.singleShot(0, lambda: window.start(args.model, args.device, n_head=args.n_head))
 
     if args.screenshot:
         code = take_screenshot(app, window, runner, args.panel, args.screenshot)

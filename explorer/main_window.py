@@ -74,6 +74,8 @@ class MainWindow(ModelLoading, QMainWindow):
         self.log_path = log_path
         self.auto_download = True  # fetch GPT-2 small in the background when it is not cached
         self.fall_back_on_failed_start = True  # a bad --model opens the default (not in screenshot mode)
+        self.ask_head_count = True  # a file without a head count opens a dialog (screenshot mode: exit 2)
+        self.head_count_dialog = None  # the open HeadCountDialog, if any
         self.errors_shown: list[tuple[str, str]] = []  # (title, message) of every error reported
         self._error_box: QMessageBox | None = None
         self._progress: QProgressDialog | None = None

@@ -13,7 +13,11 @@ show them, so the dialog opens even for a diagnosed bad file).
 
 `ModelLoading` is mixed into MainWindow, which provides `session`, `ctx`, `runner`,
 `settings`, `cancel_button`, `auto_download`, `_progress`, `show_message`,
-`set_activity`, `_show_session` and `fall_back_on_failed_start`.
+`set_activity`, `_show_session`, `fall_back_on_failed_start` and `ask_head_count`.
+
+A file that does not record its head count (the book's model.pth) is never loaded on a guess:
+the HeadCountDialog asks, and the load runs again with the count chosen (`--n-head` gives it
+up front; screenshot mode, which cannot ask, reports the error and exits 2).
 """
 from __future__ import annotations
 
@@ -25,6 +29,8 @@ from PySide6.QtWidgets import QFileDialog, QProgressDialog
 from .errors import log_exception
 from gptcore.errors import is_cancellation as _cancelled
 
+from gptcore.head_count import HeadCountNeeded
+
 from .workers import MODEL_TASK
 
 if TYPE_CHECKING:
@@ -35,7 +41,7 @@ CHECKPOINT_FILTER = "Checkpoints (*.safetensors *.pt *.pth *.bin *.ckpt);;All fi
 
 
 class ModelLoading:
-    def start(self, source: str | None = None, device: str | None = None) -> None:
+    def start(self, source: str | None = None, device: str | None = None, n_head: int | None = None) -> None:
         """Create the session in a worker (importing torch there) and load `source` or the default.
 
         A failed `source` still leaves a session (without a model), so the user can open another.
@@ -50,7 +56,7 @@ class ModelLoading:
         def attach(session) -> None:
             self.attach_session(session)  # the Config panel works from here on
             if source:
-                self.load_model(source, fall_back_to_default=self.fall_back_on_failed_start)
+                self.load_model(source, fall_back_to_default=self.fall_back_on_failed_start, n_head=n_head)
             else:
                 self.load_default()
 
@@ -61,9 +67,10 @@ class ModelLoading:
         self.ctx.attach(session)  # the window and every panel follow its events from here on
         self._show_session()
 
-    def load_model(self, source: str, fall_back_to_default: bool = False) -> None:
+    def load_model(self, source: str, fall_back_to_default: bool = False, n_head: int | None = None) -> None:
         """Load `source`; if it fails and there is no model yet (a bad `--model` at start) and
-        `fall_back_to_default`, open the untrained default instead of leaving the window empty."""
+        `fall_back_to_default`, open the untrained default instead of leaving the window empty.
+        `n_head` is for files that do not record it; without it such a file asks (HeadCountDialog)."""
         if self.session is None:
             self.show_message("Still starting; try again in a moment.", 3000)
             return
@@ -71,6 +78,9 @@ class ModelLoading:
 
         def failed(exc: BaseException) -> None:
             if _cancelled(exc):
+                return
+            if isinstance(exc, HeadCountNeeded) and self.ask_head_count:
+                QTimer.singleShot(0, lambda: self._ask_head_count(source, exc, fall_back_to_default))
                 return
             if self.session.has_model:
                 after = f"The current model ({self.session.info.name}) is still loaded."
@@ -82,7 +92,23 @@ class ModelLoading:
             self.ctx.report_error(exc, title, after=after, inline=False)
 
         self._run_model_task(title, lambda token, progress: self.session.load(
-            source, progress=progress, cancel=token), on_error=failed)
+            source, progress=progress, cancel=token, n_head=n_head), on_error=failed)
+
+    def _ask_head_count(self, source: str, exc, fall_back_to_default: bool) -> None:
+        from .head_count_dialog import HeadCountDialog
+
+        dialog = HeadCountDialog(str(exc.path), exc.n_embd, exc.choices, self)
+        dialog.chosen.connect(lambda n: self.load_model(source, fall_back_to_default, n_head=n))
+
+        def declined() -> None:
+            self.show_message(f"{source} was not loaded: it needs a head count", 10000)
+            if not self.session.has_model and fall_back_to_default:
+                self.load_default()
+
+        dialog.rejected.connect(declined)
+        dialog.finished.connect(lambda _r: setattr(self, "head_count_dialog", None))
+        self.head_count_dialog = dialog
+        dialog.open()
 
     def load_default(self) -> None:
         """GPT-2 small from the cache, else the untrained stand-in at once and (when the hub is

@@ -27,6 +27,7 @@ class ModelInfo:
     status: str = ""  # "trained" | "untrained" | "loaded" (weights of unknown provenance); "" = from `trained`
     provenance: str = ""  # why the status is what it is
     tokenizer: str = ""  # which tokenizer reads its text, and why
+    heads_note: str = ""  # "" or that the head count was given by the user (the file does not record it)
 
     @property
     def status_word(self) -> str:

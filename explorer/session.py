@@ -19,6 +19,7 @@ Threading rules (workers call these methods from pool threads):
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Callable, Iterator
 
@@ -160,15 +161,18 @@ class Session(InterpretabilityMixin):
         return info
 
     # -- getting a model -----------------------------------------------------------------
-    def load(self, source, *, device=None, progress: ProgressFn | None = None, cancel=None) -> ModelInfo:
-        """Load anything gptcore.load takes; on failure the current model stays."""
+    def load(self, source, *, device=None, progress: ProgressFn | None = None, cancel=None,
+             n_head: int | None = None) -> ModelInfo:
+        """Load anything gptcore.load takes; on failure the current model stays. A file that does
+        not record its head count needs `n_head` (else HeadCountNeeded): the app never guesses."""
         from gptcore.loading import load
 
         dev = resolve_device(device if device is not None else self.device)
         from gptcore.folder_tokenizer import IdTokenizer
         from gptcore.loading import load_tokenizer
 
-        model, load_info = load(str(source), device=str(dev), progress=progress, cancel=cancel)
+        model, load_info = load(str(source), device=str(dev), progress=progress, cancel=cancel, n_head=n_head,
+                                guess_heads=False)
         name = getattr(load_info, "name", None) or str(source)
         tokenizer, reason = load_tokenizer(load_info)
         if tokenizer is None:
@@ -176,6 +180,9 @@ class Session(InterpretabilityMixin):
         info = _model_info(model, name=name, trained=load_info.trained, provenance=load_info.provenance,
                            source=str(getattr(load_info, "path", source) or source),
                            tokenizer=load_info.tokenizer.describe())
+        if load_info.heads == "given":
+            info = dataclasses.replace(info, heads_note=(
+                f"{model.config.n_head} heads, given by the user: the file does not record its head count"))
         return self._swap(model, info, cancel, tokenizer=tokenizer)
 
     def build(self, config: dict, init_scheme: str = "gpt2", seed: int | None = None,
@@ -221,13 +228,26 @@ class Session(InterpretabilityMixin):
         self.events.send(SettingsChanged(what=what, version=version))
         return version
 
-    def show_training_step(self, state_dict: dict, step: int) -> int:
+    def adopt(self, model, *, name: str, source: str, provenance: str = "", tokenizer=None,
+              tokenizer_name: str = "GPT-2 (offline BPE)", trained: bool | None = True, note: str = "") -> ModelInfo:
+        """Make `model` (built elsewhere: a training run's step, say) the session's model, with
+        its own tokenizer (None: GPT-2's). A model swap like load()."""
+        info = _model_info(model, name=name, trained=trained, source=source, note=note, provenance=provenance,
+                           tokenizer=tokenizer_name)
+        return self._swap(model, info, tokenizer=tokenizer)
+
+    def show_training_step(self, state_dict: dict, step: int, name: str | None = None) -> int:
         """Copy the weights of training step `step` into the loaded model (same shapes: a run's
-        checkpoint of this model) and tell every view. Returns the new version."""
+        checkpoint of this model) and tell every view; `name` renames the model for the status
+        bar ("trained · step 1,200 of 2,000 · …"). Returns the new version."""
+        import dataclasses
+
         model = self._require_model()
         with self.lock:
             model.load_state_dict(state_dict)
             model.eval()
+            if name is not None:
+                self.info = dataclasses.replace(self.info, name=name)
             self._census = None
             self._attention_state = None
             self.version += 1

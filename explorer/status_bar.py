@@ -72,8 +72,9 @@ class ModelStatusBar(QStatusBar):
         from gptcore.params import format_count
 
         labels = self.labels
-        labels["model"].setText(info.name)
-        labels["model"].setToolTip(info.source)
+        heads = info.config.get("n_head") if info.heads_note else None
+        labels["model"].setText(f"{info.name} · {heads} heads (given)" if heads else info.name)
+        labels["model"].setToolTip(f"{info.source}\n{info.heads_note}" if heads else info.source)
         if not has_model:
             labels["trained"].setText("")
         else:

@@ -186,7 +186,8 @@ class ConfigController(PanelController):
         kind = info.status_word
         self.view.set_loaded_model(
             f"Current model: <b>{info.name}</b> — {kind}, {info.n_params:,} parameters on {info.device}. "
-            f"The form shows its config; edit it to explore, then Build.")
+            f"The form shows its config; edit it to explore, then Build."
+            + (f" <b>Head count:</b> {info.heads_note}." if info.heads_note else ""))
         if info.config:
             self.show_config(GPTConfig.from_dict(info.config))
 
