@@ -251,3 +251,23 @@ def test_the_probe_cost_bench_prices_the_default_interval(capsys):
     assert probe_cost.main(["--rounds=1", "--steps=2"]) == 0
     out = capsys.readouterr().out
     assert f"probe_interval={DEFAULT_PROBE_INTERVAL}: probes cost" in out and "% of training time" in out
+
+
+def test_max_time_ends_the_run_as_done_with_a_checkpoint_and_keep_every_thins_the_kept_weights(tmp_path, text_file):
+    out = tmp_path / "timed"
+    assert train(out, text_file, "--max_iters=1000000", "--max_time=1.5", "--probe_interval=0",
+                 "--keep_every", "2", "--eval_interval=2") == 0  # `--key value` works too
+    records = read_trace(out / "trace.jsonl")
+    last = records[-1]
+    assert last["kind"] == "done" and last["reason"] == "max_time" and 0 < last["step"] < 1000000
+    assert state_of(out / "ckpt.pt")[0]["iter_num"] == last["step"]
+    kept = [s for s, _ in RunFolder(out).steps("gpt2")]
+    evals = [r["step"] for r in records if r["kind"] == "eval"]
+    assert kept == sorted({s for s in evals if (s // 2) % 2 == 0} | {last["step"]})
+
+
+def test_help_lists_every_setting_with_its_default(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for line in ("--max_iters=2000", "--learning_rate=0.001", "--n_layer=4", "--init=gpt2", "--probe_interval="):
+        assert line in out
