@@ -71,11 +71,16 @@ def checkpoint_dict(trainer, **extra) -> dict:
     return dict(format=OUR_FORMAT, model=state, gpt_config=cfg.to_dict(), **common)
 
 
-def save_checkpoint(path, trainer, **extra) -> Path:
-    """Write `trainer`'s checkpoint to `path` atomically (temporary file, fsync, rename)."""
+def save_checkpoint(path, trainer, *, corpus=None, **extra) -> Path:
+    """Write `trainer`'s checkpoint to `path` atomically (temporary file, fsync, rename); with a
+    `corpus`, its name/tokenizer into the config and its char vocabulary beside the file first."""
     path = Path(path)
+    if corpus is not None:
+        extra = {"dataset": corpus.name, "tokenizer": corpus.tokenizer, **extra}
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
+        if corpus is not None:
+            corpus.save_vocab(path.parent)
         with open(tmp, "wb") as f:
             torch.save(checkpoint_dict(trainer, **extra), f)
             f.flush()
@@ -125,11 +130,31 @@ def read_checkpoint(path) -> tuple[dict, GPTConfig, dict]:
     return ckpt, config, state
 
 
-def resume_trainer(cls, path, train_config: TrainConfig, *, device=None, fused=None):
-    """A `cls` (Trainer) with the model, optimizer, iter_num and best_val_loss saved at `path`."""
+def check_corpus(path, ckpt: dict, config: GPTConfig, corpus) -> None:
+    """DataError unless `corpus` gives ids the checkpoint's model reads as it was trained to: a
+    vocabulary that fits, the same tokenizer (if the checkpoint recorded one) and, for
+    characters, the same character per id (char_vocab.json beside the checkpoint)."""
+    from .data import DataError, read_saved_vocab
+
+    path = Path(path)
+    folder = path if path.is_dir() else path.parent
+    what = f"the checkpoint {path}"
+    saved_config = ckpt.get("config") if isinstance(ckpt.get("config"), dict) else {}
+    tokenizer = saved_config.get("tokenizer")
+    if isinstance(tokenizer, str) and tokenizer != corpus.tokenizer:
+        raise DataError(f"{what} was trained with the {tokenizer} tokenizer ({saved_config.get('dataset', '?')}), "
+                        f"but {corpus.name} is {corpus.tokenizer}; resume on data tokenized the same way")
+    corpus.check_vocab(config.vocab_size, read_saved_vocab(folder), what)
+
+
+def resume_trainer(cls, path, train_config: TrainConfig, *, corpus=None, device=None, fused=None):
+    """A `cls` (Trainer) with the model, optimizer, iter_num and best_val_loss saved at `path`;
+    with `corpus`, refuses data the model would read differently (see check_corpus)."""
     from ..model import GPT
 
     ckpt, config, state = read_checkpoint(path)
+    if corpus is not None:
+        check_corpus(path, ckpt, config, corpus)
     model = GPT.empty(config, device="cpu")
     if config.tie_weights:
         state.pop("unembed.weight", None)

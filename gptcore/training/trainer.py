@@ -210,19 +210,25 @@ class Trainer:
         return out
 
     # -- checkpoints --------------------------------------------------------------------------
-    def save(self, path, **extra) -> None:
+    def save(self, path, *, corpus=None, **extra) -> None:
         """Write a checkpoint (checkpoint.py: nanoGPT's ckpt.pt when nanoGPT can express the model,
-        our format otherwise), atomically: a kill mid-save leaves the previous file whole."""
+        our format otherwise), atomically: a kill mid-save leaves the previous file whole. With
+        `corpus` (data.Corpus) its name and tokenizer go into the checkpoint's config and a char
+        vocabulary into char_vocab.json beside it. `extra`: plain values (str, numbers, bool,
+        None, lists and dicts of them) added to the checkpoint's config. Under DDP: rank 0 only."""
         from .checkpoint import save_checkpoint
 
-        save_checkpoint(path, self, **extra)
+        save_checkpoint(path, self, corpus=corpus, **extra)
 
     @classmethod
-    def from_checkpoint(cls, path, train_config: TrainConfig, *, device=None, fused: bool | None = None) -> "Trainer":
-        """Resume: the model, the optimizer state, iter_num and best_val_loss of `path`."""
+    def from_checkpoint(cls, path, train_config: TrainConfig, *, corpus=None, device=None,
+                        fused: bool | None = None) -> "Trainer":
+        """Resume: the model, the optimizer state, iter_num and best_val_loss of `path` (a ckpt.pt
+        or its folder). With `corpus`, data that would not mean the same ids to this model (another
+        vocabulary size, tokenizer or character set) is refused with a DataError first."""
         from .checkpoint import resume_trainer
 
-        return resume_trainer(cls, path, train_config, device=device, fused=fused)
+        return resume_trainer(cls, path, train_config, corpus=corpus, device=device, fused=fused)
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> str:

@@ -295,3 +295,24 @@ def test_resume_refuses_what_is_not_a_training_checkpoint(tmp_path):
     torch.save({"model": GPT(GPTConfig(**NANO), seed=0).state_dict()}, tmp_path / "weights.pt")
     with pytest.raises(CheckpointError, match="not a training checkpoint"):
         Trainer.from_checkpoint(tmp_path / "weights.pt", small_config())
+
+
+def test_save_with_corpus_writes_its_vocabulary_and_resume_refuses_other_data(tmp_path):
+    from gptcore.training import DataError
+    from gptcore.training.data import corpus_from_text, read_saved_vocab
+
+    corpus = corpus_from_text("the quick brown fox jumps over the lazy dog\n" * 20, "fox.txt", "char", "test")
+    assert corpus.vocab_size == 28
+    trainer = Trainer(GPT(GPTConfig(**{**NANO, "vocab_size": 32}), seed=0), small_config())
+    trainer.save(tmp_path / "ckpt.pt", corpus=corpus, init="gpt2")
+    ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    assert (ckpt["config"]["dataset"], ckpt["config"]["tokenizer"], ckpt["config"]["init"]) == ("fox.txt", "char", "gpt2")
+    assert read_saved_vocab(tmp_path)["chars"] == corpus.chars
+    assert Trainer.from_checkpoint(tmp_path, small_config(), corpus=corpus).iter_num == 0  # same data: fine
+    other = corpus_from_text("hello, world\n" * 40, "jugs.txt", "char", "test")  # same ids, other characters
+    with pytest.raises(DataError, match=r"ckpt.pt was trained on another character vocabulary .*fox.txt.* than jugs.txt"):
+        Trainer.from_checkpoint(tmp_path / "ckpt.pt", small_config(), corpus=other)
+    wide = corpus_from_text("".join(chr(0x41 + i) for i in range(40)) * 5, "wide.txt", "char", "test")
+    (tmp_path / "char_vocab.json").unlink()
+    with pytest.raises(DataError, match="vocab_size 32 but wide.txt needs 40"):
+        Trainer.from_checkpoint(tmp_path / "ckpt.pt", small_config(), corpus=wide)
