@@ -163,7 +163,11 @@ def main(argv: list[str] | None = None) -> int:
             if rank == 0:
                 print(f"error: {exc}", file=sys.stderr)
             return 2
-        return run.run()
+        try:
+            return run.run()
+        except (ValueError, TrainingError) as exc:  # e.g. a full disk: the trace's error record says it too
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
     except KeyboardInterrupt:
         print(f"interrupted twice: stopped without saving; {plan.out_dir} keeps the checkpoint of the last eval",
               file=sys.stderr)

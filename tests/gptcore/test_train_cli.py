@@ -271,3 +271,40 @@ def test_help_lists_every_setting_with_its_default(capsys):
     out = capsys.readouterr().out
     for line in ("--max_iters=2000", "--learning_rate=0.001", "--n_layer=4", "--init=gpt2", "--probe_interval="):
         assert line in out
+
+
+def test_a_save_that_fails_mid_run_ends_it_with_the_reason_and_keeps_the_previous_checkpoint(tmp_path, text_file,
+                                                                                               monkeypatch, capsys):
+    from gptcore.training import checkpoint
+    from gptcore.training.errors import CheckpointError
+
+    real_save = checkpoint.save_checkpoint
+    saves = {"n": 0}
+
+    def full_disk(path, trainer, **extra):
+        saves["n"] += 1
+        if saves["n"] == 2:
+            raise CheckpointError(f"could not write {path} (No space left on device); the previous ckpt.pt is "
+                                  f"unchanged. Free disk space or choose another out_dir")
+        return real_save(path, trainer, **extra)
+
+    monkeypatch.setattr(checkpoint, "save_checkpoint", full_disk)
+    out = tmp_path / "full"
+    assert train(out, text_file, "--max_iters=8", "--probe_interval=0") == 1
+    err = capsys.readouterr().err
+    assert "No space left on device" in err and "Traceback" not in err
+    last = read_trace(out / "trace.jsonl")[-1]
+    assert last["kind"] == "error" and "No space left" in last["message"] and last["step"] == 4
+    assert state_of(out / "ckpt.pt")[0]["iter_num"] == 0  # the save before the failed one
+
+
+def test_gpt2_tokenizer_runs_write_no_char_vocabulary_and_probe_in_bpe_tokens(tmp_path, text_file):
+    out = tmp_path / "bpe"
+    assert train(out, text_file, "--tokenizer=gpt2", "--max_iters=2") == 0
+    meta = RunFolder(out).read_meta()
+    assert meta["tokenizer"] == {"kind": "gpt2", "vocab": None} and meta["model_config"]["vocab_size"] == 50257
+    assert not (out / "char_vocab.json").exists()
+    probe = [r for r in read_trace(out / "trace.jsonl") if r["kind"] == "probe"][-1]
+    tokens = probe["attention"]["tokens"]
+    assert len(tokens) == 16 and any(len(t) > 1 for t in tokens)  # whole BPE pieces, not characters
+    assert "".join(tokens) in text_file.read_text()
