@@ -172,6 +172,12 @@ def modern_differences(cfg: GPTConfig) -> list[str]:
         ratio_hidden = int(round(cfg.mlp_ratio * cfg.n_embd))
         lines.append(f"mlp_hidden {cfg.mlp_hidden:,}: {delta(mlp_hidden=None)} vs mlp_ratio × n_embd "
                      f"= {cfg.mlp_ratio:g} × {cfg.n_embd:,} = {ratio_hidden:,}")
+    if cfg.bias and not cfg.use_qkv_bias:  # the book's qkv_bias=False; GPT-2 and HF count these biases
+        qkv = cfg.n_embd + 2 * cfg.kv_dim
+        per = f"3 × {cfg.n_embd:,}" if cfg.kv_dim == cfg.n_embd else f"{qkv:,}"
+        lines.append(f"qkv_bias off: {delta(qkv_bias=None)} vs GPT-2 with its query/key/value biases, as Hugging "
+                     f"Face counts it ({cfg.n_layer} layers × {per} = {cfg.n_layer * qkv:,}; the book's "
+                     f"GPT_CONFIG_124M has qkv_bias=False)")
     if cfg.kv_heads != cfg.n_head:
         group = cfg.n_head // cfg.kv_heads
         lines.append(f"grouped-query {cfg.n_head}/{cfg.kv_heads}: K and V projections ×1/{group}: "

@@ -22,6 +22,13 @@ class ComponentRow:
     in_blocks: bool
 
 
+# A component that holds no parameters says why: a tied head is the token embedding, sinusoidal
+# or rotary positions are computed (no table). Not "tied" for anything else.
+_ZERO_ROW_NAMES = {"output head": "output head (tied: shares the token embedding)",
+                   "position embedding": "position embedding (computed: no table)"}
+_ZERO_BAR_TEXTS = {"output head": " 0 (tied)", "position embedding": " 0 (computed, no table)"}
+
+
 @dataclass(frozen=True)
 class ParamReadout:
     """Everything the readout shows, as plain values (the controller computes and formats)."""
@@ -151,7 +158,7 @@ class ParamReadoutView(QWidget):
         self.table.setRowCount(len(rows))
         for i, c in enumerate(rows):
             share = 100.0 * c.total / r.total if r.total else 0.0
-            name = "output head (tied: shares the token embedding)" if c.name == "output head" and r.tied else c.name
+            name = _ZERO_ROW_NAMES.get(c.name, c.name) if c.total == 0 else c.name
             cells = (name, f"{c.per_block:,}" if c.in_blocks else "–", f"{c.total:,}", f"{share:.1f}%")
             for j, text in enumerate(cells):
                 item = QTableWidgetItem(text)
@@ -176,7 +183,7 @@ class ParamReadoutView(QWidget):
             self.chart.removeItem(item)
         self._bar_texts = []
         for y, c, share in zip(ys, comps, shares):
-            text = pg.TextItem(f" {c.total:,}" if c.total else " 0 (tied)", anchor=(0, 0.5),
+            text = pg.TextItem(f" {c.total:,}" if c.total else _ZERO_BAR_TEXTS.get(c.name, " 0"), anchor=(0, 0.5),
                                color=pg.getConfigOption("foreground"))
             text.setPos(share, y)
             self.chart.addItem(text)

@@ -286,3 +286,24 @@ def test_build_progress_moves_module_by_module(qtbot, window, tiny_session, monk
     assert done == sorted(done) and len(set(done)) > 6 * 4  # real steps, not three jumps
     assert any("blocks.5." in m for _d, _t, m in seen)
     qtbot.waitUntil(lambda: not window.runner.busy, timeout=30000)
+
+
+def test_zero_rows_say_why_and_the_qkv_bias_gap_is_explained(page, tmp_path):
+    """Issue 23: a rotary model's chart said "position embedding 0 (tied)"; the book's qkv_bias=False
+    count (124,412,160) sat 27,648 below Hugging Face's without a word."""
+    view = page.view
+    view.preset.setCurrentText("gpt2")
+    view.preset.activated.emit(view.preset.currentIndex())
+    view.inputs["pos_embedding"].setCurrentText("rope")
+    bars = {t.textItem.toPlainText().strip() for t in view.readout._bar_texts}
+    assert "0 (computed, no table)" in bars and "0 (tied)" in bars  # positions computed; head tied
+    rows = [view.table.item(r, 0).text() for r in range(view.table.rowCount())]
+    assert "position embedding (computed: no table)" in rows
+    assert "output head (tied: shares the token embedding)" in rows
+    view.inputs["pos_embedding"].setCurrentText("learned")
+    view.inputs["qkv_bias"].setCurrentText("off")
+    assert _total_shown(page) == 124_412_160
+    text = view.readout.parts_label.text()
+    assert "qkv_bias off: −27,648 vs GPT-2" in text and "Hugging Face" in text and "12 layers × 3 × 768" in text
+    page.resize(1280, 820)
+    page.grab().save(str(tmp_path / "config_qkv.png"))

@@ -215,3 +215,15 @@ def test_modern_differences_name_each_option_with_its_number():
     # K and V shrink from 9 to 3 heads of 64: 2 × 576 × (576 - 192) per block, no bias
     assert by_option["grouped-query 9/3"].startswith(f"grouped-query 9/3: K and V projections ×1/3: −{30 * 2 * 576 * 384:,}")
     assert by_option["mlp_hidden 1,536"].startswith(f"mlp_hidden 1,536: −{30 * 3 * 576 * (2304 - 1536):,} vs mlp_ratio")
+
+
+def test_the_books_figures_and_the_qkv_bias_gap_to_hugging_face_are_explained():
+    """Issue 23: the book's 163,009,536 (untied) and 124,412,160 (tied) come out with qkv_bias off;
+    Hugging Face's 124,439,808 has the 12 × 3 × 768 query/key/value biases; the count says so."""
+    book = GPTConfig.preset("gpt2", qkv_bias=False)
+    assert count_parameters(book.replace(tie_weights=False)).total == 163_009_536
+    assert count_parameters(book).total == 124_412_160
+    assert count_parameters(GPTConfig.preset("gpt2")).total == 124_439_808 == 124_412_160 + 12 * 3 * 768
+    (line,) = modern_differences(book)
+    assert line.startswith("qkv_bias off: −27,648 vs GPT-2") and "Hugging Face" in line
+    assert "12 layers × 3 × 768 = 27,648" in line and "qkv_bias=False" in line
