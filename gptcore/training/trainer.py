@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import speed
 from .config import TrainConfig, TrainConfigError
 from .errors import NonFiniteLoss, TrainingError  # noqa: F401  (TrainingError: re-exported)
 
@@ -232,24 +233,13 @@ class Trainer:
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> str:
-    """TrainConfig.dtype with "auto" decided for `device` (see TrainConfig)."""
+    """TrainConfig.dtype with "auto" decided for `device`: bfloat16 where it is native (speed.py),
+    else float16 on CUDA (train.py's choice) and float32 elsewhere."""
     if dtype != "auto":
         return dtype
-    if device.type == "cuda":
-        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
-    if device.type == "cpu" and cpu_has_native_bf16():
+    if speed.native_bf16(device.type):
         return "bfloat16"
-    return "float32"
-
-
-def cpu_has_native_bf16() -> bool:
-    """AVX512-BF16 or AMX: bf16 matrix products at about twice float32's rate. Asked through
-    torch.cpu's private probes; a torch without them answers False (float32, always correct)."""
-    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    try:
-        return any(bool(probe()) for probe in probes if probe is not None)
-    except (RuntimeError, AttributeError):
-        return False
+    return "float16" if device.type == "cuda" else "float32"
 
 
 def _world() -> tuple[int, int]:

@@ -79,12 +79,12 @@ def test_accumulation_must_divide_among_processes():
 
 
 def test_auto_dtype_is_bf16_only_where_the_cpu_has_it(monkeypatch):
-    from gptcore.training import trainer as trainer_module
+    from gptcore.training import speed
 
     model = GPT(GPTConfig(**NANO), seed=0)
-    monkeypatch.setattr(trainer_module, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(speed, "native_bf16", lambda device_type: False)
     assert Trainer(model, small_config(dtype="auto")).dtype == "float32"
-    monkeypatch.setattr(trainer_module, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(speed, "native_bf16", lambda device_type: device_type == "cpu")
     assert Trainer(model, small_config(dtype="auto")).dtype == "bfloat16"
     assert TrainConfig().dtype == "auto"
 
