@@ -132,6 +132,7 @@ class AttributionController(PanelController):
         self.mark_ready()
 
     def _on_error(self, exc: BaseException) -> None:
+        self.panel.set_status("")  # not "computing…" next to the error: nothing is
         self._show_error("Attribution failed", exc)
 
     def _on_finished(self) -> None:
@@ -285,14 +286,10 @@ class AttributionController(PanelController):
 
     # -- model swaps and ablation changes ---------------------------------------------------------
     def on_model_changed(self, event) -> None:
-        """A new model (its ablation is cleared): picked token ids stay unless the new
-        vocabulary cannot hold them; then clear and recompute (the base contract)."""
-        cfg = self.session.config
-        if cfg is not None:
-            if self.target is not None and self.target >= cfg.vocab_size:
-                self.target = None
-            if isinstance(self.contrast, int) and self.contrast >= cfg.vocab_size:
-                self.contrast = "auto"
+        """A new model (its ablation is cleared): the picked target and contrast go back to
+        the model's own top-1/top-2 (an id names another token under another tokenizer, and the
+        pickers list the new model's tokens once it answers); then clear and recompute."""
+        self.target, self.contrast = None, "auto"
         self._show_ablation()
         super().on_model_changed(event)
 

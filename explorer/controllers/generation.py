@@ -112,9 +112,11 @@ class GenerationController(PanelController):
         reason = event.reason
         swapped = isinstance(event, ModelSwapped)
         if self._run is not None:
-            self._finish_run("model changed" if swapped else "stopped: " + event.detail)
+            self._finish_run("model changed" if swapped else "stopped")
         self.runner.cancel(RUN_KEY)
         self.ctx.set_activity("")  # "generation: 5.7 tokens/s" was the old model's speed
+        if swapped:
+            self.view.set_prompt_note("")  # it named the old model's block_size; the new logits bring its own
         shown = self.last_run
         if shown is not None and shown.shown and not shown.outdated:
             shown.outdated = True

@@ -129,6 +129,7 @@ class AttentionPanel(QWidget):
 
     def set_attention(self, result) -> None:
         """Draw every head of `result` (AttentionResult-shaped: numpy arrays and strings)."""
+        self.readout.setText(" ")  # a hover line read the previous numbers
         self._tokens = list(result.tokens)
         self.chips.set_tokens(self._tokens)
         T = len(self._tokens)
@@ -171,6 +172,7 @@ class AttentionPanel(QWidget):
         self.chips.set_weights(None)
         self.count_label.setText("")
         self.crop_note.hide()
+        self.readout.setText(" ")  # "L2 H11 … entropy 3.74" named a head of the old picture
         self.grid.clear_data()
         self.zoom.clear_head(reason)
         self.set_status(reason)

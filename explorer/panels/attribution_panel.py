@@ -74,6 +74,14 @@ class _Picker(QComboBox):
         self.setEditText(text)
         self.blockSignals(False)
 
+    def reset(self) -> None:
+        """Only the special entries, the first one chosen: the tokens listed belonged to another model."""
+        self.set_top([], np.zeros(0))
+        self.show_choice(self._specials[0])
+
+    def entries(self) -> list[str]:
+        return [self.itemText(i) for i in range(self.count())]
+
 
 class AttributionPanel(QWidget):
     promptChanged = Signal(str)
@@ -242,7 +250,13 @@ class AttributionPanel(QWidget):
         self.contrast.show_choice(r.contrast.text if r.contrast is not None else NO_CONTRAST)
 
     def clear_results(self, reason: str) -> None:
-        """Nothing drawn but `reason`: what was on screen belonged to another model."""
+        """Nothing drawn but `reason`: what was on screen belonged to another model (its
+        tokens in the pickers, its patching count in the progress bar too)."""
+        self.target.reset()
+        self.contrast.reset()
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        self.progress.setFormat("")
         self.bars.clear_data(reason)
         self.heads.clear_data()
         for view in self.patch_maps.values():

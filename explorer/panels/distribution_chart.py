@@ -74,6 +74,9 @@ class DistributionChart(QWidget):
             item.setZValue(10)
             self.plot.addItem(item)
             self._value_items.append(item)
+        self.plot.showAxis("left", False)  # empty until the first distribution
+        self.plot.showAxis("bottom", False)
+        self.plot.showGrid(x=False, y=False)
         self.note = QLabel("")
         self.note.setWordWrap(True)
         self.note.setTextFormat(Qt.TextFormat.RichText)
@@ -129,6 +132,9 @@ class DistributionChart(QWidget):
         left.setWidth(max((metrics.horizontalAdvance(t) for _, t in ticks), default=20) + 16)
         self.plot.setXRange(0, top * 1.22, padding=0)
         self.plot.setYRange(-0.6, max(k, 1) - 0.4, padding=0)
+        for side in ("left", "bottom"):  # no bars: axes and grid would only show meaningless ticks
+            self.plot.showAxis(side, k > 0)
+        self.plot.showGrid(x=k > 0, y=False, alpha=0.25)
         if caption:
             self.caption.setText(caption)
         self.note.setText(note)

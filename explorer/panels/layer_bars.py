@@ -38,7 +38,7 @@ class LayerBars(QWidget):
         self.plot.showGrid(x=False, y=True, alpha=0.25)
         self.plot.getAxis("left").setLabel("logit difference")
         self.plot.getAxis("left").enableAutoSIPrefix(False)  # "×0.001" on a logit axis only confuses
-        self.plot.addLine(y=0, pen=pg.mkPen("#6b7280", width=1))
+        self._zero_line = self.plot.addLine(y=0, pen=pg.mkPen("#6b7280", width=1))
         self.attn_bars = pg.BarGraphItem(x=[], height=[], width=0.38, brush=ATTN_COLOUR, pen=pg.mkPen(None))
         self.mlp_bars = pg.BarGraphItem(x=[], height=[], width=0.38, brush=MLP_COLOUR, pen=pg.mkPen(None))
         self.other_bars = pg.BarGraphItem(x=[], height=[], width=0.6, brush=OTHER_COLOUR, pen=pg.mkPen(None))
@@ -54,6 +54,7 @@ class LayerBars(QWidget):
         layout.addWidget(self.caption)
         layout.addWidget(self.plot, 1)
         layout.addWidget(self.legend)
+        self._show_frame(False)  # empty until the first attribution
 
     def set_parts(self, attn: np.ndarray, mlps: np.ndarray, embed: float, bias: float, caption: str = "") -> None:
         """attn, mlps (L,): each layer's direct effect; embed, bias: the rest of the sum."""
@@ -68,12 +69,21 @@ class LayerBars(QWidget):
         step = max(1, L // 24)
         self.plot.getAxis("bottom").setTicks([[t for i, t in enumerate(ticks) if i % step == 0 or i == len(ticks) - 1]])
         self.plot.setXRange(-0.7, L + 1.7, padding=0)
+        self._show_frame(True)
         if caption:
             self.caption.setText(caption)
 
     def clear_data(self, caption: str = "") -> None:
+        """No bars and no axes (an empty chart's ±0.2 and emb/bias ticks meant nothing); `caption` says why."""
         self.set_parts(np.zeros(0), np.zeros(0), 0.0, 0.0, caption=caption or " ")
         self.other_bars.setOpts(x=[], height=[])
+        self._show_frame(False)
+
+    def _show_frame(self, shown: bool) -> None:
+        for side in ("left", "bottom"):
+            self.plot.showAxis(side, shown)
+        self.plot.showGrid(x=False, y=shown, alpha=0.25)
+        self._zero_line.setVisible(shown)
 
     @property
     def heights(self) -> tuple[np.ndarray, np.ndarray, float, float]:

@@ -4,7 +4,8 @@ scale centred on 0: blue pushes the answer down, red pushes it up, white does no
 Used for the DLA head map and the four patching maps. One ImageItem created once and
 updated with `setImage(..., autoLevels=False, levels=±m)`, row-major, each cell 1 × 1 in
 view coordinates (x = column, y = row), so ticks, clicks and marks work in cell units.
-Marks (a cross on a cell) show ablated heads.
+Marks (a cross on a cell) show ablated heads, only on cells the matrix has. An empty map
+shows nothing at all: no axes, no colour bar (their default ticks meant nothing).
 """
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ class ValueHeatmap(pg.GraphicsLayoutWidget):
         self._cols: list[str] = []
         self._value_label = value_label
         self._col_px = 56
+        self._marks: list[tuple[int, int]] = []  # asked for; drawn where the matrix has the cell
         self.left_axis = _LabelAxis("left")
         self.bottom_axis = _LabelAxis("bottom")
         self.plot = self.addPlot(row=0, col=0, axisItems={"left": self.left_axis, "bottom": self.bottom_axis})
@@ -73,6 +75,18 @@ class ValueHeatmap(pg.GraphicsLayoutWidget):
         self.addItem(self.colorbar, row=0, col=1)
         self.scene().sigMouseClicked.connect(self._on_click)
         self.scene().sigMouseMoved.connect(self._on_move)
+        self._show_frame(False)
+
+    def _show_frame(self, shown: bool) -> None:
+        """Axes and colour bar only around a matrix: on an empty map they are noise."""
+        for side in ("left", "bottom"):
+            self.plot.showAxis(side, shown)
+        # Faded, not hidden: a hidden ColorBarItem crashes the process at exit (PySide6 6.11, pyqtgraph 0.14).
+        self.colorbar.setOpacity(1.0 if shown else 0.0)
+
+    def frame_shown(self) -> bool:
+        """Whether axes and colour bar are on screen (only around a matrix)."""
+        return self.plot.getAxis("bottom").isVisible() and self.colorbar.opacity() > 0
 
     # -- data in -----------------------------------------------------------------------
     def set_matrix(self, values: np.ndarray, row_labels: list[str], col_labels: list[str],
@@ -91,6 +105,8 @@ class ValueHeatmap(pg.GraphicsLayoutWidget):
         self.image.setRect(QRectF(0, 0, max(C, 1), max(R, 1)))
         self._apply_labels()
         self.plot.vb.setRange(xRange=(0, max(C, 1)), yRange=(0, max(R, 1)), padding=0)
+        self._show_frame(bool(R and C))
+        self._draw_marks()
 
     def _apply_labels(self) -> None:
         """Thin the labels to what fits: one column label per `col_px` pixels, one row label per 16 px."""
@@ -105,9 +121,20 @@ class ValueHeatmap(pg.GraphicsLayoutWidget):
             self._apply_labels()
 
     def set_marks(self, cells) -> None:
-        """Draw a cross on each (row, col) in `cells` (e.g. the ablated heads)."""
-        cells = list(cells)
+        """A cross on each (row, col) in `cells` (e.g. the ablated heads) that the matrix has:
+        kept and drawn when a matrix arrives, never on an empty map."""
+        self._marks = [(int(r), int(c)) for r, c in cells]
+        self._draw_marks()
+
+    def _draw_marks(self) -> None:
+        R, C = self._values.shape
+        cells = [(r, c) for r, c in self._marks if 0 <= r < R and 0 <= c < C]
         self.marks.setData(x=[c + 0.5 for _, c in cells], y=[r + 0.5 for r, _ in cells])
+
+    def drawn_marks(self) -> list[tuple[int, int]]:
+        """The (row, col) cells crossed on screen (what tests check)."""
+        xs, ys = self.marks.getData()
+        return [(int(y), int(x)) for x, y in zip(xs, ys)]
 
     def clear_data(self) -> None:
         """Nothing drawn (not `clear`: GraphicsLayoutWidget's attribute of that name empties the layout)."""
@@ -115,8 +142,9 @@ class ValueHeatmap(pg.GraphicsLayoutWidget):
         self.image.clear()
         self.left_axis.set_labels([])
         self.bottom_axis.set_labels([])
-        self.set_marks([])
+        self._draw_marks()  # none on an empty map; the asked-for marks come back with the next matrix
         self.selection.hide()
+        self._show_frame(False)
 
     @property
     def values(self) -> np.ndarray:

@@ -1,0 +1,185 @@
+"""Every piece of on-screen state is owned: for every panel, drive the window as a user would
+— show data → swap the model (a GPT-2-style model → a 2-layer one → a Llama-style one) →
+ablate → change a session setting — and after each step assert on the texts and items the
+user sees. Each assertion names a stale text seen before issue 20 (hover lines, a hard-coded
+"settings changed (e.g. an ablation)" reason, GPT-2 tokens in the Attribution pickers,
+"computing…" next to an error, "648/648 patches" over empty maps, "Built custom…" under a
+loaded model, "generation: 5.7 tokens/s" after a build, ablation crosses on empty charts,
+axes on empty charts)."""
+from __future__ import annotations
+
+import pytest
+
+from explorer.registry import PANELS
+from explorer.session_events import MODEL_CHANGED
+
+WAIT_MS = 60_000
+pytestmark = pytest.mark.usefixtures("single_torch_thread")
+
+TWO_LAYER = dict(vocab_size=50257, block_size=64, n_layer=2, n_head=2, n_embd=32)
+LLAMA_STYLE = dict(vocab_size=50257, block_size=64, n_layer=3, n_head=4, n_kv_head=2, n_embd=32,
+                   pos_embedding="rope", norm="rmsnorm", mlp="swiglu", bias=False)
+
+
+def _quiet(qtbot, window) -> None:
+    qtbot.waitUntil(lambda: not window.runner.busy, timeout=WAIT_MS)
+
+
+def _activity(window) -> str:
+    return window.status_bar.labels["activity"].text()
+
+
+# --- per panel: what "showing data" means, and what must hold after each event ------------------
+
+def _show_attention(qtbot, window, page) -> None:
+    c = page.controller
+    qtbot.waitUntil(lambda: c.result is not None, timeout=WAIT_MS)
+    _quiet(qtbot, window)
+    page.view.grid.hoverText.emit("L1 H3 query tokens 5–6 … entropy 3.74")  # the mouse over a tile
+    assert "entropy 3.74" in page.view.readout.text()
+
+
+def _show_generation(qtbot, window, page) -> None:
+    c = page.controller
+    qtbot.waitUntil(lambda: c.logits is not None, timeout=WAIT_MS)
+    page.view.set_settings(max_new_tokens=4, temperature=0.0)
+    with qtbot.waitSignal(c.generationFinished, timeout=WAIT_MS):
+        assert c.start_generation()
+    _quiet(qtbot, window)
+    assert "tokens/s" in _activity(window)  # the run's speed, in the status bar
+
+
+def _show_attribution(qtbot, window, page) -> None:
+    c, view = page.controller, page.view
+    qtbot.waitUntil(lambda: c.result is not None, timeout=WAIT_MS)
+    _quiet(qtbot, window)
+    with qtbot.waitSignal(c.patched, timeout=WAIT_MS):
+        view.run_button.click()
+    _quiet(qtbot, window)
+    assert view.progress.text().endswith("patches") and view.patch_maps["heads"].values.size
+    top = [t.text for t in c.result.top]
+    assert set(top) <= set(view.target.entries())
+
+
+def _show_config(qtbot, window, page) -> None:
+    view = page.view
+    view.inputs["n_layer"].setValue(2)
+    view.inputs["n_embd"].setValue(32)
+    view.inputs["n_head"].setValue(2)
+    with qtbot.waitSignal(window.modelChanged, timeout=WAIT_MS):
+        view.build_button.click()
+    qtbot.waitUntil(lambda: view.build_status.text().startswith("Built"), timeout=WAIT_MS)
+    _quiet(qtbot, window)
+
+
+def _show_residual(qtbot, window, page) -> None:
+    qtbot.waitUntil(lambda: page.is_ready, timeout=WAIT_MS)
+    _quiet(qtbot, window)
+
+
+SHOW = {"attention": _show_attention, "generation": _show_generation, "attribution": _show_attribution,
+        "config": _show_config, "residual": _show_residual}
+
+
+def _after_swap(window, page, name: str, old_model: str) -> None:
+    """Right after the session announced another model, before anything was recomputed."""
+    view = page.view
+    assert "tokens/s" not in _activity(window)  # the old model's generation speed is gone
+    assert window.status_bar.ablation_label.isHidden()
+    if name == "attention":
+        assert view.readout.text().strip() == ""  # the hover line named a head of the old picture
+        assert MODEL_CHANGED in view.zoom.title
+    elif name == "generation":
+        status = view.stream_status.text()
+        assert f"written by {old_model}, the previous model" in status, status
+        assert "settings" not in status and "ablation" not in status, status
+        chart = view.chart
+        assert chart.bar_labels() == [] and not chart.plot.getAxis("bottom").isVisible()  # no "0 0 0 0 10.0%"
+    elif name == "attribution":
+        assert view.target.entries() == [view.target.itemText(0)]  # the old model's tokens are gone
+        assert view.contrast.currentText() == view.contrast.itemText(0)  # back to the model's own top-2
+        assert view.progress.text() == ""  # not "N/N patches" over empty maps
+        assert not view.bars.plot.getAxis("left").isVisible()  # no ±0.2 axis around no bars
+        for chart in view.patch_maps.values():
+            assert chart.values.size == 0 and chart.drawn_marks() == []
+            assert not chart.frame_shown()  # no ±0.4 colour bar and axes around nothing
+    elif name == "config":
+        assert not view.build_status.text().startswith("Built"), view.build_status.text()
+        assert window.session.info.name in view.loaded_label.text()
+    elif name == "residual":
+        assert not any("as loaded" in n for n in view.curve_names())
+
+
+def _settled(qtbot, window, page, name: str) -> None:
+    """After the recomputation landed: data for the current state, no leftover progress text."""
+    _quiet(qtbot, window)
+    c, view = page.controller, page.view
+    if name == "attention":
+        qtbot.waitUntil(lambda: c.result is not None and c.result.version == window.session.version, timeout=WAIT_MS)
+        assert view.status_label.text().endswith("ms") and view.grid.displayed_tile(0, 0).size and len(c.result.entropy) == window.session.config.n_layer
+    elif name == "attribution":
+        qtbot.waitUntil(lambda: c.result is not None and c.result.version == window.session.version, timeout=WAIT_MS)
+        assert "computing" not in view.status_label.text()
+        assert set(t.text for t in c.result.top) <= set(view.target.entries())
+        assert view.heads.values.shape == (window.session.config.n_layer, window.session.config.n_head + 1)
+    elif name == "generation":
+        qtbot.waitUntil(lambda: c.logits is not None and c.logits.version == window.session.version, timeout=WAIT_MS)
+        assert view.chart.bar_labels() and view.chart.plot.getAxis("bottom").isVisible()
+
+
+def _after_ablation(window, page, name: str) -> None:
+    view = page.view
+    label = window.status_bar.ablation_label
+    assert not label.isHidden() and label.text().startswith("1 head ablated")
+    if name == "generation":
+        status = view.stream_status.text()
+        assert "written before the ablation changed (now 1 head ablated)" in status, status
+        assert "previous model" not in status and "model changed" not in status, status
+    elif name == "attribution":
+        assert view.ablation_label.text().startswith("1 head ablated")
+        for chart in view.patch_maps.values():  # no patching run on this model: no crosses on empty maps
+            assert chart.drawn_marks() == []
+    elif name == "config":
+        assert window.session.info.name in view.loaded_label.text()  # an ablation is not a new model
+
+
+def _after_ablation_settled(qtbot, window, page, name: str) -> None:
+    _settled(qtbot, window, page, name)
+    if name == "attribution":
+        assert page.view.heads.drawn_marks() == [(0, 1)]  # the cross is on the drawn map, where it belongs
+    elif name == "attention":
+        assert page.view.grid.ablated == ((0, 1),)
+
+
+def _after_setting(window, page, name: str) -> None:
+    view = page.view
+    if name == "attention":
+        assert "the sampling rule changed" in view.zoom.title and view.readout.text().strip() == ""
+    elif name == "attribution":
+        assert all(chart.drawn_marks() == [] for chart in view.patch_maps.values())
+    elif name == "generation":
+        assert "the sampling rule changed" in view.chart.note.text()
+
+
+@pytest.mark.parametrize("name", [spec.name for spec in PANELS])
+def test_every_panel_shows_only_current_state_through_swaps_ablation_and_settings(qtbot, window, name):
+    session = window.session
+    page = window.show_panel(name)
+    SHOW[name](qtbot, window, page)
+
+    for shape, model_name in ((TWO_LAYER, "two-layer"), (LLAMA_STYLE, "llama-style")):
+        old_model = session.info.name
+        session.build(shape, "gpt2", 0, name=model_name)  # announced: the window and every panel follow
+        _after_swap(window, page, name, old_model)
+        _settled(qtbot, window, page, name)
+        if name == "generation":  # a text of this model, for the next swap to relabel
+            _show_generation(qtbot, window, page)
+
+    session.set_ablation([(0, 1)])
+    _after_ablation(window, page, name)
+    _after_ablation_settled(qtbot, window, page, name)
+
+    session.settings_changed("the sampling rule")
+    _after_setting(window, page, name)
+    _settled(qtbot, window, page, name)
+    assert window.errors_shown == []
