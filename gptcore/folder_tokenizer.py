@@ -30,7 +30,8 @@ _EOS_NAMES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<|im_end|>")
 
 @dataclass(frozen=True)
 class TokenizerChoice:
-    """kind: "gpt2" (GPT-2's BPE, offline), "folder" (`path` is a tokenizer.json) or "none";
+    """kind: "gpt2" (GPT-2's BPE, offline), "folder" (`path` is a tokenizer.json), "char" (`path` is a
+    training run's char_vocab.json) or "none";
     `reason` says why, in words a status line can show."""
 
     kind: str
@@ -38,7 +39,8 @@ class TokenizerChoice:
     reason: str = ""
 
     def describe(self) -> str:
-        return {"gpt2": "GPT-2 (offline BPE)", "folder": self.path}.get(self.kind, "none") + f" — {self.reason}"
+        return {"gpt2": "GPT-2 (offline BPE)", "folder": self.path, "char": "characters"}.get(self.kind, "none") + \
+            f" — {self.reason}"
 
 
 def choose_tokenizer(weights: Path, vocab_size: int, *, nanogpt: bool = False) -> TokenizerChoice:
@@ -46,6 +48,11 @@ def choose_tokenizer(weights: Path, vocab_size: int, *, nanogpt: bool = False) -
     folder = weights.parent
     own = folder / TOKENIZER_FILE
     model_type = _model_type(folder)
+    from .char_tokenizer import find_char_vocab
+
+    chars = find_char_vocab(weights)  # a gptcore training run's character vocabulary
+    if chars is not None and not own.is_file():
+        return TokenizerChoice("char", str(chars), f"the character vocabulary its training run saved ({chars.name})")
     if own.is_file():
         if model_type in (None, "gpt2") and is_gpt2_bpe(own):
             return TokenizerChoice("gpt2", reason=f"its {TOKENIZER_FILE} is GPT-2's own BPE (the verified offline "
@@ -107,6 +114,13 @@ def load_tokenizer(choice: TokenizerChoice):
         except (OSError, ValueError, ImportError) as exc:
             return None, (f"{choice.path} could not be read ({exc.__class__.__name__}: {exc}); "
                           f"token ids are shown instead")
+    if choice.kind == "char":
+        from .char_tokenizer import CharTokenizer
+
+        try:
+            return CharTokenizer.from_file(choice.path), choice.reason
+        except ValueError as exc:
+            return None, f"{exc}; token ids are shown instead"
     return None, choice.reason
 
 
