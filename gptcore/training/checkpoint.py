@@ -86,6 +86,7 @@ def save_checkpoint(path, trainer, *, corpus=None, **extra) -> Path:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        _sync_folder(path.parent)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         kept = f"the previous {path.name} is unchanged" if path.exists() else f"no {path.name} was written"
@@ -95,6 +96,20 @@ def save_checkpoint(path, trainer, *, corpus=None, **extra) -> Path:
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make the rename itself durable (a power cut right after it could otherwise lose it)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # e.g. a platform that cannot open folders: the rename is still atomic
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def read_checkpoint(path) -> tuple[dict, GPTConfig, dict]:
