@@ -19,7 +19,7 @@ import html
 from dataclasses import dataclass
 
 from PySide6.QtCore import QEvent, QPoint, Qt
-from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
+from PySide6.QtGui import QColor, QPainter, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QTextEdit, QToolTip, QWidget
 
 from .formatting import format_prob
@@ -94,10 +94,22 @@ class TokenStreamView(QTextEdit):
         font = self.font()
         font.setPointSizeF(font.pointSizeF() * 1.2)  # the text is the point of the pane
         self.setFont(font)
-        self.setPlaceholderText("Generated text appears here, token by token. Ctrl+Enter generates, Esc stops.")
+        self.hint = "Generated text appears here, token by token. Ctrl+Enter generates, Esc stops."
         self._starts: list[int] = []  # character offset where each token begins
         self._ends: list[int] = []
         self._tokens: list[StreamToken] = []
+
+    def paintEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        """The hint while empty, wrapped to the width: QTextEdit's own placeholder is one line,
+        cut at "…Ctrl+Enter" in a 900-px window, which hid how to start and stop."""
+        super().paintEvent(event)
+        if self.document().isEmpty():
+            painter = QPainter(self.viewport())
+            painter.setPen(self.palette().placeholderText().color())
+            m = int(self.document().documentMargin())
+            painter.drawText(self.viewport().rect().adjusted(m, m, -m, -m),
+                             int(Qt.AlignmentFlag.AlignTop | Qt.TextFlag.TextWordWrap), self.hint)
+            painter.end()
 
     # -- content ---------------------------------------------------------------------
     def start(self, prompt_text: str, note: str = "") -> None:
