@@ -6,7 +6,8 @@ ICL score, a 48-token sample) run every `probe_interval` steps of `python -m gpt
 issue's target is ≤ 10 % of training time at the default interval. Measured in one process,
 interleaved: R rounds of (`--steps` timed optimizer steps, one timed probe), so a burst of load from
 other processes on a shared machine falls on both. The share is median(probe) / (interval ×
-median(step)). Steps run on a model that is training (not a frozen one), as in a real run.
+median(step)), in wall time and in CPU time (the process's, all threads: what the work costs,
+nearly independent of other processes' load). Steps run on a model that is training, as in a run.
 """
 from __future__ import annotations
 
@@ -46,29 +47,34 @@ def main(argv=None) -> int:
         recorder = Recorder(RunFolder(tmp), corpus, model.config.block_size, cfg.seed)
         it = 0
 
-        def step() -> float:
+        def step() -> tuple[float, float]:
             nonlocal it
             x, y = corpus.batch("train", it, rows, model.config.block_size, cfg.seed)  # (rows, T) each
-            start = time.perf_counter()
+            wall, cpu = time.perf_counter(), time.process_time()
             trainer.step(x, y)
             it += 1
-            return time.perf_counter() - start
+            return time.perf_counter() - wall, time.process_time() - cpu
+
+        def probe() -> tuple[float, float]:
+            wall, cpu = time.perf_counter(), time.process_time()
+            recorder.probe(trainer.model, "gpt2", it)
+            return time.perf_counter() - wall, time.process_time() - cpu
 
         for _ in range(5):
             step()  # warm-up
-        recorder.probe(trainer.model, "gpt2", it)
+        probe()
         steps, probes = [], []
         for _ in range(args.rounds):
             steps += [step() for _ in range(args.steps)]
-            start = time.perf_counter()
-            recorder.probe(trainer.model, "gpt2", it)
-            probes.append(time.perf_counter() - start)
-    step_s, probe_s = statistics.median(steps), statistics.median(probes)
-    share = probe_s / (args.interval * step_s)
-    print(f"machine: {machine_line()}")
-    print(f"CPU recipe on {corpus.name}: step {step_s * 1000:.1f} ms (median of {len(steps)}), "
-          f"probe {probe_s * 1000:.0f} ms (median of {len(probes)}; all {', '.join(f'{p * 1000:.0f}' for p in probes)})")
-    print(f"probe_interval={args.interval}: probes cost {100 * share:.1f} % of training time (target <= 10 %)")
+            probes.append(probe())
+    print(f"machine: {machine_line()}, dtype {trainer.dtype}")
+    for i, clock in enumerate(("wall", "CPU")):  # CPU time: what the work costs on idle cores, whatever the load
+        step_s = statistics.median(s[i] for s in steps)
+        probe_s = statistics.median(p[i] for p in probes)
+        share = probe_s / (args.interval * step_s)
+        print(f"{clock} time: step {step_s * 1000:.1f} ms (median of {len(steps)}), probe {probe_s * 1000:.0f} ms "
+              f"(median of {len(probes)}) -> probe_interval={args.interval}: probes cost {100 * share:.1f} % of "
+              f"training time (target <= 10 %)")
     return 0
 
 

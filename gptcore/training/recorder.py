@@ -91,7 +91,7 @@ class Recorder:
 
         with model.hooks([(lambda name: name.endswith("attn.hook_pattern"), keep)]):
             model(self.prompt[None].to(device), logits=None)
-        stacked = torch.stack(patterns).numpy()  # (L, nh, T, T)
+        stacked = torch.stack(patterns).detach().numpy()  # (L, nh, T, T)
         path = self.folder.save_attention(stacked, scheme, step)
         return {"file": self.folder.relative(path), "shape": list(stacked.shape), "tokens": self.prompt_text}
 

@@ -250,7 +250,7 @@ def test_the_probe_cost_bench_prices_the_default_interval(capsys):
 
     assert probe_cost.main(["--rounds=1", "--steps=2"]) == 0
     out = capsys.readouterr().out
-    assert f"probe_interval={DEFAULT_PROBE_INTERVAL}: probes cost" in out and "% of training time" in out
+    assert f"probe_interval={DEFAULT_PROBE_INTERVAL}: probes cost" in out and "CPU time: step" in out
 
 
 def test_max_time_ends_the_run_as_done_with_a_checkpoint_and_keep_every_thins_the_kept_weights(tmp_path, text_file):
