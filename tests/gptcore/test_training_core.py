@@ -229,9 +229,11 @@ def test_ckpt_is_nanogpts_and_loads_strictly_in_its_model(tmp_path):
     with torch.no_grad():
         assert torch.allclose(oracle(x), trainer.model(x), atol=1e-5)
     # and the optimizer state indexes parameters in nanoGPT's order: shapes line up one for one
-    shapes = [p.shape for g in reference_optimizer(oracle, 0.1, 1e-3, (0.9, 0.99)).param_groups for p in g["params"]]
+    their_optimizer = reference_optimizer(oracle, 0.1, 1e-3, (0.9, 0.99))
+    shapes = [p.shape for g in their_optimizer.param_groups for p in g["params"]]
     saved = ckpt["optimizer"]["state"]
     assert [saved[i]["exp_avg"].shape for i in range(len(shapes))] == shapes
+    their_optimizer.load_state_dict(ckpt["optimizer"])  # train.py's resume would take it
 
 
 def test_untied_or_tanh_models_save_in_our_format_that_load_opens(tmp_path):
@@ -316,3 +318,30 @@ def test_save_with_corpus_writes_its_vocabulary_and_resume_refuses_other_data(tm
     (tmp_path / "char_vocab.json").unlink()
     with pytest.raises(DataError, match="vocab_size 32 but wide.txt needs 40"):
         Trainer.from_checkpoint(tmp_path / "ckpt.pt", small_config(), corpus=wide)
+
+
+def test_resumes_a_checkpoint_nanogpts_train_py_wrote(tmp_path):
+    """train.py's ckpt.pt (torch.compile's `_orig_mod.` prefixes, its optimizer's state) resumes
+    here and the next steps follow train.py's loop continuing on its own model."""
+    tc = small_config()
+    args = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, bias=False, vocab_size=VOCAB, dropout=0.0)
+    torch.manual_seed(7)
+    oracle = NanoGPTShaped(**args)
+    with torch.no_grad():
+        for p in oracle.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.02)
+    optimizer = reference_optimizer(oracle, tc.weight_decay, tc.learning_rate, (tc.beta1, tc.beta2))
+    for it in range(3):
+        x, y = batch_of(it, tc)
+        reference_step(oracle, optimizer, it, [(x[:3], y[:3]), (x[3:], y[3:])], tc)
+    torch.save({"model": {f"_orig_mod.{k}": v for k, v in oracle.state_dict().items()},
+                "optimizer": optimizer.state_dict(), "model_args": args, "iter_num": 3, "best_val_loss": 3.1,
+                "config": {"dataset": "shakespeare_char"}}, tmp_path / "ckpt.pt")
+    trainer = Trainer.from_checkpoint(tmp_path / "ckpt.pt", tc, fused=False)
+    assert trainer.iter_num == 3 and trainer.best_val_loss == pytest.approx(3.1)
+    assert trainer.model.config.activation == "gelu" and not trainer.model.config.bias
+    for it in range(3, 8):
+        x, y = batch_of(it, tc)
+        theirs = reference_step(oracle, optimizer, it, [(x[:3], y[:3]), (x[3:], y[3:])], tc)
+        assert trainer.step(x, y) == pytest.approx(theirs, abs=1e-5), f"step {it}"
