@@ -139,7 +139,8 @@ class ModelLoading:
             "gpt2", progress=progress, cancel=token), on_error=failed)
 
     def _run_model_task(self, title: str, fn, on_result=None, on_error=None) -> None:
-        self.show_message(f"{title}…")
+        # Said once, in the activity field beside its Cancel button (a status message as well
+        # showed "Downloading GPT-2 small…" twice, and clearing it wiped the error's line).
         self.set_activity(f"{title}…")
         self.cancel_button.show()
 
@@ -151,13 +152,14 @@ class ModelLoading:
             self._close_progress()
             self.cancel_button.hide()
             self.set_activity("")
-            self.show_message("")
 
         self.runner.submit(MODEL_TASK, fn, on_result=on_result,
                            on_error=on_error or report, on_progress=lambda d, t, m: self._show_progress(title, d, t, m),
                            on_finished=on_finished)
 
     def _show_progress(self, title: str, done: int, total: int, message: str) -> None:
+        if self._progress is None and self.error_dialog is not None:
+            return  # never over an error not yet read (a bad --model, then the default loading)
         if self._progress is None:
             dlg = QProgressDialog(title, "Cancel", 0, 100, self)
             dlg.setWindowTitle(title)
