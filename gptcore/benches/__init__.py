@@ -9,5 +9,8 @@ tests); these modules may pull heavy references the library never needs at run t
 - `tl_check`    — `python -m gptcore.benches.tl_check`: DLA, patching and census against
   TransformerLens 4.x (run in an interpreter that has it); its random-GPT-2 builder is also the
   tests' HF oracle.
+- `training`    — `python -m gptcore.bench --train`: our Trainer against nanoGPT's model.py and
+  train.py's loop (`nanogpt_loop`), speed and val loss, on the CPU recipe.
+- `probe_cost`  — `python -m gptcore.benches.probe_cost`: what the training probes cost.
 - `timing`      — interleaved medians and the machine's name, shared by every bench.
 """
