@@ -39,6 +39,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where the model runs")
     p.add_argument("--panel", choices=panel_names(), help="panel to show first")
     p.add_argument("--prompt", help="initial prompt for the panels that take one")
+    p.add_argument("--run", metavar="DIR", help="a training run folder (python -m gptcore.train's --out_dir) for "
+                                                "the Train panel to follow or replay")
     p.add_argument("--screenshot", metavar="OUT.png", help="render --panel offscreen into a PNG and exit")
     p.add_argument("--theme", default="system", choices=["system", "light", "dark"],
                    help="colours: follow the system (default) or force light/dark")
@@ -55,6 +57,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.size_wh = (w, h) if args.size else None  # None: the saved geometry (screenshots: DEFAULT_SIZE)
     if args.n_head is not None and (args.n_head < 1 or not args.model):
         p.error(f"--n-head {args.n_head}: give a positive head count, with the --model file it is for")
+    if args.run is not None and not os.path.isdir(args.run):
+        p.error(f"--run {args.run!r}: no such folder; give the --out_dir of a run started by python -m gptcore.train")
+    if args.run and not args.panel:
+        args.panel = "train"
     if args.screenshot and not args.panel:
         args.panel = "config"
     return args
@@ -232,6 +238,8 @@ def main(argv=None) -> int:
     window.auto_download = not args.screenshot  # a screenshot uses what is here, never waits on the network
     window.fall_back_on_failed_start = not args.screenshot  # a screenshot of a bad --model exits 2 instead
     window.ask_head_count = not args.screenshot  # nobody to ask: the error names --n-head, exit 2
+    if args.run:
+        window.open_run(args.run)
     holder = {"window": window}
     install_exception_hook(lambda: holder.get("window"))
     apply_size(window, args)

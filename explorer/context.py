@@ -74,6 +74,7 @@ class PanelContext:
     runner: "TaskRunner"
     window: WindowServices | None = None  # None in panel unit tests
     prompt: str | None = None  # initial prompt from --prompt, if any
+    run: str | None = None  # a training run folder to follow (--run, File → Open run…), for the Train panel
     signals: SessionSignals = field(default_factory=SessionSignals, repr=False)
 
     def __post_init__(self) -> None:

@@ -29,7 +29,7 @@ from . import theme
 from .context import PanelContext
 from .model_loading import ModelLoading
 from .registry import PANELS, PanelSpec
-from .session_events import AblationChanged, ModelSwapped
+from .session_events import AblationChanged, ModelSwapped, TrainingStepShown
 from .status_bar import ModelStatusBar, UntrainedBanner
 from .workers import MODEL_TASK, TaskRunner
 
@@ -144,6 +144,9 @@ class MainWindow(ModelLoading, QMainWindow):
         self.actions["open_folder"] = self._action(
             file_menu, "Open checkpoint &folder…", self._open_folder, "Ctrl+Shift+O", "open",
             "A Hugging Face model folder (config.json + weights)")
+        self.actions["open_run"] = self._action(
+            file_menu, "Open &run…", lambda: self.open_run(), "Ctrl+Shift+R", "open",
+            "Follow or replay a training run folder (the --out_dir of python -m gptcore.train)")
         self.actions["new_model"] = self._action(
             file_menu, "&New model from config", self.new_model_from_config, "Ctrl+N", "build",
             "Edit a config in the Config panel and build it")
@@ -175,6 +178,16 @@ class MainWindow(ModelLoading, QMainWindow):
 
     def _ensure_current_built(self, *_):
         self.panel(self.current_panel_name())
+
+    def open_run(self, path: str | None = None) -> None:
+        """File → Open run… (a folder dialog) or --run DIR: the Train panel follows the run."""
+        if path and self._slots["train"].panel is None:
+            self.ctx.run = str(path)  # the Train panel opens it when it is built (now, or once the session exists)
+            self.show_panel("train")
+            return
+        page = self.show_panel("train")
+        if page is not None:
+            page.controller.open_run(path) if path else page.controller.open_run_dialog()
 
     def new_model_from_config(self) -> None:
         page = self.show_panel("config")
@@ -213,6 +226,8 @@ class MainWindow(ModelLoading, QMainWindow):
             self._show_session()
         elif isinstance(event, AblationChanged):
             self.status_bar.show_ablation(event.after.text())
+        elif isinstance(event, TrainingStepShown):  # the Train panel renamed the model to the step shown
+            self._update_status()
 
     def reset_ablation(self) -> None:
         """The status bar's Reset: the model without ablation, for every panel."""

@@ -48,6 +48,7 @@ PANELS: list[PanelSpec] = [
     PanelSpec("residual", "Residual", "Ctrl+3", "residual:ResidualController"),
     PanelSpec("generation", "Generation", "Ctrl+4", "generation:GenerationController"),
     PanelSpec("attribution", "Attribution", "Ctrl+5", "attribution:AttributionController"),
+    PanelSpec("train", "Train", "Ctrl+6", "train:TrainController", needs_model=False),
 ]
 
 

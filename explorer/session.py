@@ -228,13 +228,26 @@ class Session(InterpretabilityMixin):
         self.events.send(SettingsChanged(what=what, version=version))
         return version
 
-    def show_training_step(self, state_dict: dict, step: int) -> int:
+    def adopt(self, model, *, name: str, source: str, provenance: str = "", tokenizer=None,
+              tokenizer_name: str = "GPT-2 (offline BPE)", trained: bool | None = True, note: str = "") -> ModelInfo:
+        """Make `model` (built elsewhere: a training run's step, say) the session's model, with
+        its own tokenizer (None: GPT-2's). A model swap like load()."""
+        info = _model_info(model, name=name, trained=trained, source=source, note=note, provenance=provenance,
+                           tokenizer=tokenizer_name)
+        return self._swap(model, info, tokenizer=tokenizer)
+
+    def show_training_step(self, state_dict: dict, step: int, name: str | None = None) -> int:
         """Copy the weights of training step `step` into the loaded model (same shapes: a run's
-        checkpoint of this model) and tell every view. Returns the new version."""
+        checkpoint of this model) and tell every view; `name` renames the model for the status
+        bar ("trained · step 1,200 of 2,000 · …"). Returns the new version."""
+        import dataclasses
+
         model = self._require_model()
         with self.lock:
             model.load_state_dict(state_dict)
             model.eval()
+            if name is not None:
+                self.info = dataclasses.replace(self.info, name=name)
             self._census = None
             self._attention_state = None
             self.version += 1

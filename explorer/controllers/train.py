@@ -1,0 +1,383 @@
+"""Train controller: starts `python -m gptcore.train` as a child, follows its run folder, and puts
+the step the user scrubs to into the session so every other panel shows the model as it was then.
+
+Following: a run folder is read by explorer/training_follow.py. Opening one reads its whole trace
+once in a worker (a finished run's trace can be megabytes); after that a QTimer polls every
+POLL_MS on the GUI thread, which reads only what was appended since (a few KB). A folder deleted
+or damaged while followed shows the reader's message above the charts and keeps them.
+
+Scrubbing: a step's weights load in a worker (explorer/training_models.py) under one runner key,
+so a fast drag keeps only the last step; the session then announces a TrainingStepShown (or a
+ModelSwapped, the first time) and the window's status bar says which step is shown.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QTimer
+from PySide6.QtWidgets import QFileDialog
+
+from ..panels.train_panel import TrainPanel
+from ..session_events import ModelSwapped
+from ..train_process import TrainProcess
+from ..training_follow import RunFollower, RunFollowError, new_run_dir
+from .base import PanelController
+
+POLL_MS = 500
+OPEN_KEY = "train-open"
+STEP_KEY = "train-step"
+USE_KEY = "train-use"
+CENSUS_SHOWN = ("previous_token", "induction", "position_copy")
+
+
+def form_defaults(preset: str = "cpu") -> dict:
+    """The form's values: nanoGPT's CPU recipe (the default) or train.py's own defaults."""
+    from gptcore.config import GPTConfig
+    from gptcore.train import DEFAULT_PROBE_INTERVAL
+    from gptcore.training.config import CPU_RECIPE_MODEL, TrainConfig
+
+    train = TrainConfig.cpu_recipe() if preset == "cpu" else TrainConfig()
+    model = GPTConfig(**CPU_RECIPE_MODEL) if preset == "cpu" else GPTConfig(dropout=0.0, bias=True)
+    values = {**train.to_dict(), **{k: getattr(model, k) for k in ("n_layer", "n_head", "n_embd", "block_size",
+                                                                  "bias", "dropout")}}
+    values["probe_interval"] = DEFAULT_PROBE_INTERVAL
+    return values
+
+
+def command_settings(values: dict) -> dict:
+    """The form's values as gptcore.train's --key=value settings; ValueError naming a bad one."""
+    settings = {k: v for k, v in values.items() if k not in ("corpus", "path")}
+    if not settings.get("init"):
+        raise ValueError("tick at least one init scheme (gpt2 is nanoGPT's)")
+    corpus, path = values.get("corpus", "pydoc"), values.get("path", "")
+    if corpus in ("file", "folder"):
+        if not path:
+            raise ValueError(f"choose the {'text file' if corpus == 'file' else 'nanoGPT data folder'} with … "
+                             f"(or pick the built-in pydoc topics)")
+        p = Path(path).expanduser()
+        if corpus == "file" and not p.is_file():
+            raise ValueError(f"{p} is not a file; choose a UTF-8 text file")
+        if corpus == "folder" and not (p / "train.bin").is_file():
+            raise ValueError(f"{p} holds no train.bin; choose a folder made by nanoGPT's prepare.py")
+        settings["data"] = str(p)
+        if corpus == "folder":
+            settings.pop("tokenizer", None)  # the folder's meta.pkl decides
+    elif corpus == "induction":
+        settings["preset"] = "induction"
+    settings["gradient_accumulation_steps"] = max(1, int(settings.get("gradient_accumulation_steps", 1)))
+    return settings
+
+
+def induction_preset_available() -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("gptcore.training.presets") is not None
+    except ImportError:
+        return False
+
+
+class TrainController(PanelController):
+    @classmethod
+    def make_view(cls, ctx) -> TrainPanel:
+        from gptcore.init import INIT_SCHEMES
+
+        view = TrainPanel(INIT_SCHEMES)
+        view.form.set_values(form_defaults("cpu"))
+        view.form.set_corpora({"induction": induction_preset_available()})
+        return view
+
+    def __init__(self, ctx, view: TrainPanel, parent: QObject | None = None):
+        super().__init__(ctx, view, parent)
+        self.follower: RunFollower | None = None
+        self.process = TrainProcess(self)
+        self.process.finished.connect(self._process_finished)
+        self.process.output.connect(self._process_output)
+        self.shown: tuple[str, str, int] | None = None  # (run, scheme, step) the session shows
+        self.follow_session = False  # True once the user put a step of this run into the session
+        self._step_requested: tuple[str, int] | None = None
+        self.timer = QTimer(self)
+        self.timer.setInterval(POLL_MS)
+        self.timer.timeout.connect(self.poll)
+        form = view.form
+        form.startRequested.connect(self.start)
+        form.stopRequested.connect(self.stop)
+        form.pauseRequested.connect(self.pause)
+        form.resumeRequested.connect(self.resume)
+        form.openRunRequested.connect(self.open_run_dialog)
+        form.presetRequested.connect(lambda name: form.set_values(form_defaults(name)))
+        form.browseRequested.connect(self._browse)
+        form.modelFromSessionRequested.connect(self.use_session_shape)
+        view.charts.censusSchemeChanged.connect(lambda _name: self.draw())
+        view.stepChosen.connect(self.choose_step)
+        view.latestRequested.connect(self.follow_latest)
+        view.useModelRequested.connect(self.use_final_model)
+        view.saveRequested.connect(self.save_checkpoint)
+        run = getattr(ctx, "run", None)
+        if run:
+            self.open_run(run)
+        else:
+            QTimer.singleShot(0, self.mark_ready)  # an empty panel is its own first data
+
+    # -- starting and stopping ---------------------------------------------------------------------
+    def start(self, values: dict) -> None:
+        try:
+            settings = command_settings(values)
+        except ValueError as exc:
+            self.view.set_message(str(exc))
+            return
+        out_dir = new_run_dir()
+        try:
+            out_dir.parent.mkdir(parents=True, exist_ok=True)
+            self.process.start(str(out_dir), settings)
+        except (OSError, RuntimeError) as exc:
+            self.view.set_message(self.report_error(exc, "Could not start the training").inline)
+            return
+        self._follow(RunFollower(out_dir))
+        self.view.form.set_running(True)
+        self.view.set_status(f"starting: {' '.join(self.process.command[1:])}")
+
+    def start_with(self, overrides: dict) -> None:
+        """Start with the form's values changed by `overrides` (tests, 'Train this config…')."""
+        self.view.form.set_values(overrides)
+        self.start({**self.view.form.values(), **{k: v for k, v in overrides.items() if k in ("corpus", "path")}})
+
+    def stop(self) -> None:
+        self.view.set_status("stopping: the run saves a checkpoint first…")
+        self.process.stop()
+
+    def pause(self) -> None:
+        self.process.pause()
+        self.view.form.set_running(True, paused=True)
+        self.view.set_status("paused (the child process is stopped; Resume continues it)")
+
+    def resume(self) -> None:
+        self.process.resume()
+        self.view.form.set_running(True, paused=False)
+
+    def _process_output(self, line: str) -> None:
+        if line.startswith("error:"):
+            self.view.set_message(line[len("error:"):].strip())
+
+    def _process_finished(self, code: int, tail: str) -> None:
+        self.view.form.set_running(False)
+        if code not in (0, 130):
+            errors = [line for line in tail.splitlines() if line.startswith("error:")]
+            why = errors[-1][len("error:"):].strip() if errors else (tail.splitlines() or ["no output"])[-1]
+            self.view.set_message(f"the training stopped with exit status {code}: {why}")
+        self.poll()
+        if self.follower is not None and self.follower.state == "waiting":
+            self.timer.stop()  # it never wrote its run folder: nothing more will come
+
+    # -- following a run folder -----------------------------------------------------------------------
+    def open_run_dialog(self) -> None:
+        start = str(self.follower.root.parent) if self.follower else ""
+        path = QFileDialog.getExistingDirectory(self.view, "Open a training run folder", start)
+        if path:
+            self.open_run(path)
+
+    def open_run(self, path) -> None:
+        """Follow (or replay) the run folder `path`; its whole trace is read once in a worker."""
+        follower = RunFollower(path)
+        self.view.set_status(f"reading {follower.root}…")
+
+        def read(token, progress):
+            follower.poll()
+            return follower
+
+        self.ctx.runner.submit(OPEN_KEY, read, on_result=self._follow,
+                               on_error=lambda exc: self._open_failed(follower, exc))
+
+    def _open_failed(self, follower: RunFollower, exc: BaseException) -> None:
+        text = str(exc) if isinstance(exc, (RunFollowError, ValueError, OSError)) else self.report_error(
+            exc, "Opening the run failed").inline
+        self.view.set_message(text)
+        self.view.set_status(f"could not open {follower.root}")
+        self.mark_ready()
+
+    def _follow(self, follower: RunFollower) -> None:
+        if self.follower is None or follower.root != self.follower.root:
+            self.view.clear_run()
+            self.shown, self.follow_session = None, False
+        self.follower = follower
+        self.view.set_message("")
+        self.draw()
+        self.timer.start()
+        self.mark_ready()
+
+    def poll(self) -> None:
+        follower = self.follower
+        if follower is None:
+            return
+        try:
+            changed = follower.poll()
+        except RunFollowError as exc:
+            self.timer.stop()
+            self.view.set_message(str(exc))
+            self.view.set_status(f"no longer following {follower.root}")
+            return
+        if changed:
+            self.draw()
+        if follower.finished and not self.process.running:
+            self.timer.stop()
+
+    # -- drawing ----------------------------------------------------------------------------------------
+    def scheme(self) -> str:
+        f = self.follower
+        shown = self.view.charts.shown_scheme()
+        return shown if f and shown in f.series else (f.schemes[0] if f and f.schemes else "")
+
+    def draw(self) -> None:
+        f, view = self.follower, self.view
+        if f is None:
+            return
+        view.charts.set_schemes(f.schemes)
+        view.charts.set_losses({name: (s.train_step, s.train_loss, s.eval_step, s.eval_val)
+                                for name, s in f.series.items()})
+        scheme = self.scheme()
+        s = f.series.get(scheme)
+        if s is not None:
+            view.charts.set_lr(s.train_step, s.lr)
+            view.charts.set_grad_norms(s.train_step, s.grad_norms)
+            steps, maps = [], {}
+            for name in CENSUS_SHOWN:
+                steps_n, stack = f.census_stack(scheme, name)
+                if stack:
+                    steps, maps[name] = steps_n, stack
+            view.charts.set_census(steps, maps)
+            if s.samples:
+                view.set_sample(s.probe_step[-1], *s.samples[-1])
+        view.charts.set_icl({name: (x.probe_step, x.icl) for name, x in f.series.items()})
+        tokens_s, left = f.rate()
+        rate = f"{tokens_s:,.0f} tokens/s" if tokens_s else ""
+        if left and f.state == "running":
+            rate += f" · ETA {_duration(left)}"
+        if self.process.running:
+            rate += f" · child pid {self.process.pid}"
+        view.set_progress(f.step, f.max_iters, rate, {"running": "", "waiting": "starting"}.get(f.state, f.state))
+        view.set_status(f.describe())
+        kept = f.kept_steps(scheme)
+        view.set_steps(kept, scheme)
+        view.set_run_loaded(bool(kept))
+        if self.follow_session and view.latest_box.isChecked() and kept and (
+                self.shown is None or self.shown[1:] != (scheme, kept[-1])):
+            self.choose_step(scheme, kept[-1])
+
+    # -- the session's model --------------------------------------------------------------------------
+    def choose_step(self, scheme: str, step: int) -> None:
+        """Make the run's `step` the session's model (a copy: training goes on) in a worker."""
+        f = self.follower
+        if f is None or scheme not in f.series or self.ctx.session is None:
+            return
+        from ..training_models import show_step, step_name
+
+        self.follow_session = True
+        self._step_requested = (scheme, step)
+        name = step_name(step, f.max_iters, f.latest_val(scheme, step), f.corpus_label(), scheme, len(f.schemes))
+        weights, root, session = f.weights_path(scheme, step), f.root, self.ctx.session
+        self.view.set_shown_step(f"loading step {step:,}…")
+        self.ctx.runner.submit(STEP_KEY, lambda token, progress: show_step(session, root, scheme, step, weights, name,
+                                                                           cancel=token),
+                               on_result=self._step_shown, on_error=self._step_failed)
+
+    def _step_shown(self, shown) -> None:
+        self.shown = (shown.run, shown.scheme, shown.step)
+        self.view.set_shown_step(f"step {shown.step:,} shown")
+        self.ctx.show_message(f"every panel now shows {shown.name}", 5000)
+
+    def _step_failed(self, exc: BaseException) -> None:
+        from gptcore.errors import Cancelled
+
+        if isinstance(exc, Cancelled):
+            return
+        expl = self.report_error(exc, "Showing the training step failed")
+        self.view.set_shown_step("step not shown")
+        self.view.set_message(expl.inline)
+
+    def follow_latest(self) -> None:
+        f = self.follower
+        scheme = self.scheme()
+        kept = f.kept_steps(scheme) if f else []
+        if kept:
+            self.choose_step(scheme, kept[-1])
+
+    def use_final_model(self) -> None:
+        """The run's latest full checkpoint (ckpt.pt) becomes the session's model, loaded as a file."""
+        path = self._latest_ckpt()
+        if path is None:
+            self.view.set_message("this run has no ckpt.pt yet (one is written at each eval); wait for the first eval")
+            return
+        self.follow_session = False
+        session = self.ctx.session
+        self.ctx.runner.submit(USE_KEY, lambda token, progress: session.load(str(path), cancel=token),
+                               on_result=lambda info: self.ctx.show_message(f"the session's model is now {info.name}"),
+                               on_error=lambda exc: self.view.set_message(
+                                   self.report_error(exc, "Using the run's model failed").inline))
+
+    def _latest_ckpt(self) -> Path | None:
+        f = self.follower
+        if f is None or f.meta is None:
+            return None
+        name = (f.meta.get("checkpoints") or {}).get(self.scheme()) or (
+            "ckpt.pt" if len(f.schemes) <= 1 else f"ckpt-{self.scheme()}.pt")
+        path = f.root / name
+        return path if path.is_file() else None
+
+    def save_checkpoint(self) -> None:
+        src = self._latest_ckpt()
+        if src is None:
+            self.view.set_message("this run has no ckpt.pt yet (one is written at each eval)")
+            return
+        target, _ = QFileDialog.getSaveFileName(self.view, "Save the run's nanoGPT checkpoint",
+                                                self.ctx.file_path("ckpt.pt"), "nanoGPT checkpoint (*.pt)")
+        if target:
+            try:
+                shutil.copy2(src, target)
+                self.ctx.remember_folder_of(target)
+                self.ctx.show_message(f"saved {target} (nanoGPT's ckpt.pt: model, optimizer, model_args, iter_num)")
+            except OSError as exc:
+                self.view.set_message(f"could not save {target}: {exc.strerror or exc}; choose another folder")
+
+    def use_session_shape(self) -> None:
+        config = self.ctx.session.config if self.ctx.session is not None else None
+        if config is not None:
+            self.view.form.set_values({k: getattr(config, k) for k in ("n_layer", "n_head", "n_embd", "block_size",
+                                                                      "bias", "dropout")})
+
+    def _browse(self, kind: str) -> None:
+        if kind == "folder":
+            path = QFileDialog.getExistingDirectory(self.view, "A nanoGPT data folder (train.bin, val.bin)",
+                                                    self.ctx.file_path(""))
+        else:
+            path, _ = QFileDialog.getOpenFileName(self.view, "A UTF-8 text file", self.ctx.file_path(""),
+                                                  "Text (*.txt *.md *.py);;All files (*)")
+        if path:
+            self.ctx.remember_folder_of(path)
+            self.view.form.set_corpus_path(kind, path)
+
+    # -- the contract ----------------------------------------------------------------------------------
+    def invalidate(self, event) -> None:
+        if isinstance(event, ModelSwapped) and self.follower is not None:
+            from ..training_models import is_run_model
+
+            if not is_run_model(event.new, self.follower.root):
+                self.follow_session, self.shown = False, None
+                self.view.set_shown_step("another model is loaded")
+
+    def shutdown(self) -> None:
+        self.timer.stop()
+        self.process.shutdown()
+        for key in (OPEN_KEY, STEP_KEY, USE_KEY):
+            self.ctx.runner.cancel(key)
+        super().shutdown()
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+    if seconds >= 60:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds} s"

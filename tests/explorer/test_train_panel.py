@@ -1,0 +1,201 @@
+"""The Train panel (issue 22): a real child training followed live, the scrubber putting a step's
+weights into the session for every panel, Stop, quitting during a run, and a run folder that is
+damaged or deleted while followed. Tiny runs (1 layer, 32 wide, block 32, 40 iterations)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from explorer.controllers.train import command_settings
+from explorer.training_follow import RunFollower, RunFollowError
+
+TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, max_iters=40, eval_interval=10, eval_iters=2,
+            batch_size=4, probe_interval=20, warmup_iters=5, lr_decay_iters=40, init="gpt2")
+WAIT_MS = 240_000  # a child importing torch on a loaded 2-core machine: generous, never a timing assertion
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie still answers kill(0): look at its state
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+    return True
+
+
+def _train_page(window):
+    page = window.show_panel("train")
+    assert page is not None
+    return page.controller
+
+
+def _wait_evals(qtbot, controller, n: int) -> None:
+    qtbot.waitUntil(lambda: controller.follower is not None and "gpt2" in controller.follower.series
+                    and len(controller.follower.series["gpt2"].eval_step) >= n, timeout=WAIT_MS)
+
+
+def _step_weights(root, step):
+    from safetensors.torch import load_file
+
+    return load_file(str(root / "steps" / "gpt2" / f"step_{step:06d}.safetensors"))
+
+
+def test_a_run_started_in_the_panel_is_followed_scrubbed_into_every_panel_and_stopped(qtbot, window):
+    session = window.session
+    c = _train_page(window)
+    c.start_with(dict(TINY, max_iters=4000))  # long enough that Stop ends it, not max_iters
+    assert c.process.running
+    pid = c.process.pid
+    _wait_evals(qtbot, c, 2)
+    f = c.follower
+    series = f.series["gpt2"]
+    assert series.eval_step[:2] == [0, 10] and all(np.isfinite(series.eval_val[:2]))
+    # The charts draw what the trace holds: one val point per eval, one train point per step.
+    val_curve = c.view.charts._curves[("val", "gpt2")]
+    assert len(val_curve.getData()[0]) >= 2
+    qtbot.waitUntil(lambda: 0 in f.kept_steps("gpt2") and 10 in f.kept_steps("gpt2"), timeout=WAIT_MS)
+    assert c.view.step_slider.isEnabled()
+
+    # Scrub to the first kept step: the session's model becomes that step's weights, with the run's
+    # character tokenizer, and the window (every panel's status) says which step it is.
+    c.view.choose_step(0)
+    qtbot.waitUntil(lambda: "step 0 of 4,000" in session.info.name, timeout=WAIT_MS)
+    assert session.config.n_embd == 32 and session.config.vocab_size < 200
+    expected = _step_weights(f.root, 0)
+    assert torch.equal(session.model.state_dict()["blocks.0.attn.c_attn.weight"],
+                       expected["blocks.0.attn.c_attn.weight"])
+    assert session.token_strings(session.encode("Hi")) == ["H", "i"]
+    qtbot.waitUntil(lambda: "step 0 of 4,000" in window.status_labels["model"].text(), timeout=10_000)
+
+    # Another step of the same run: weights copied in place (TrainingStepShown), status follows.
+    attention = window.show_panel("attention").controller
+    version = session.version
+    c.view.choose_step(10)
+    qtbot.waitUntil(lambda: "step 10 of 4,000" in session.info.name, timeout=WAIT_MS)
+    assert session.version > version
+    assert torch.equal(session.model.state_dict()["blocks.0.attn.c_attn.weight"],
+                       _step_weights(f.root, 10)["blocks.0.attn.c_attn.weight"])
+    qtbot.waitUntil(lambda: "step 10 of 4,000" in window.status_labels["model"].text(), timeout=10_000)
+    # The Attention panel recomputes on the step's model (its result carries the session version).
+    qtbot.waitUntil(lambda: getattr(attention, "result", None) is not None
+                    and attention.result.version >= session.version, timeout=WAIT_MS)
+
+    # Stop: the child saves and exits; the buttons come back; the trace ends with "stopped".
+    c.view.form.stop_button.click()
+    qtbot.waitUntil(lambda: not c.process.running, timeout=WAIT_MS)
+    assert not _pid_alive(pid)
+    qtbot.waitUntil(lambda: f.state == "stopped", timeout=10_000)
+    assert c.view.form.start_button.isEnabled() and not c.view.form.stop_button.isEnabled()
+
+
+def test_quitting_during_a_run_leaves_no_child_process(qtbot, window):
+    c = _train_page(window)
+    c.start_with(dict(TINY, max_iters=100_000))
+    pid = c.process.pid
+    assert _pid_alive(pid)
+    qtbot.waitUntil(lambda: c.follower.state == "running", timeout=WAIT_MS)
+    window.close()
+    assert not _pid_alive(pid)
+
+
+def _fake_run(root, steps=(0, 10, 20)):
+    """A run folder written with gptcore's own writers (no training): run.json, trace, kept steps."""
+    from gptcore.config import GPTConfig
+    from gptcore.model import GPT
+    from gptcore.training.run import RunFolder
+    from gptcore.training.trace import TraceWriter
+
+    folder = RunFolder(root)
+    config = GPTConfig(vocab_size=5, block_size=16, n_layer=1, n_head=2, n_embd=16)
+    folder.start({"schemes": ["gpt2"], "model_config": config.to_dict(), "train_config": {"max_iters": 20},
+                  "corpus": {"name": "test corpus"}, "tokenizer": {"kind": "char", "vocab": "char_vocab.json"}},
+                 resume=False)
+    (root / "char_vocab.json").write_text(json.dumps({"format": "gptcore-char-vocab-1", "chars": list("\n abc")}))
+    model = GPT(config, init="gpt2", seed=0)
+    with TraceWriter(folder.trace) as w:
+        w.write("start", run="x", schemes=["gpt2"], step=0, max_iters=20, resumed=False, world_size=1)
+        for step in steps:
+            w.write("train", scheme="gpt2", step=step, loss=3.0 - step / 10, lr=1e-3, grad_norm=1.0,
+                    grad_norms={"embed": 0.5, "blocks.0": 0.3}, tokens_per_s=1000.0, dt=0.01)
+            w.write("eval", scheme="gpt2", step=step, train=3.0 - step / 10, val=3.1 - step / 10)
+            w.write("checkpoint", scheme="gpt2", step=step, latest="ckpt.pt",
+                    path=folder.relative(folder.save_step_weights(model, "gpt2", step)))
+            w.write("probe", scheme="gpt2", step=step, census={"previous_token": [[0.1, 0.2]],
+                                                               "induction": [[0.0, step / 20]],
+                                                               "position_copy": [[0.0, 0.0]]},
+                    icl={"score": -step / 100}, sample={"prompt": "ab", "text": "cab"})
+    return folder
+
+
+def test_a_run_folder_damaged_or_deleted_while_followed_keeps_the_charts(qtbot, panel_context, tmp_path):
+    from explorer.registry import find_panel
+
+    root = tmp_path / "run"
+    _fake_run(root)
+    panel_context.run = str(root)
+    page = find_panel("train").build(panel_context)
+    qtbot.addWidget(page)
+    c = page.controller
+    qtbot.waitUntil(lambda: c.follower is not None and c.follower.kept_steps("gpt2") == [0, 10, 20], timeout=60_000)
+    assert c.view.charts.census_step() == 20
+    assert c.view.sample_text.toPlainText() == "abcab"
+    drawn = len(c.view.charts._curves[("val", "gpt2")].getData()[0])
+    assert drawn == 3
+
+    with open(root / "trace.jsonl", "ab") as f:
+        f.write(b"{this is not json}\n")
+    c.poll()
+    assert "line" in c.view.message_label.text() and "damaged" in c.view.message_label.text()
+    assert not c.view.message_label.isHidden()
+    assert len(c.view.charts._curves[("val", "gpt2")].getData()[0]) == drawn  # what was shown stays
+    assert not c.timer.isActive()
+
+    c.open_run(str(root))  # opening again reads up to the damage: the same charts, the message again
+    qtbot.waitUntil(lambda: "damaged" in c.view.message_label.text(), timeout=60_000)
+
+    other = tmp_path / "run2"
+    _fake_run(other)
+    c.open_run(str(other))
+    qtbot.waitUntil(lambda: c.follower.root == other and c.timer.isActive(), timeout=60_000)
+    shutil.rmtree(other)
+    c.poll()
+    assert "deleted" in c.view.message_label.text()
+    assert len(c.view.charts._curves[("val", "gpt2")].getData()[0]) == 3
+    page.shutdown()
+
+
+def test_the_follower_reads_a_growing_trace_and_names_a_deleted_folder(tmp_path):
+    root = tmp_path / "run"
+    f = RunFollower(root)
+    assert f.poll() is False and f.state == "waiting"  # nothing written yet: a run starting
+    _fake_run(root, steps=(0,))
+    assert f.poll() is True
+    assert f.series["gpt2"].eval_val == [3.1] and f.kept_steps("gpt2") == [0]
+    assert f.corpus_label() == "test corpus, char"
+    shutil.rmtree(root)
+    with pytest.raises(RunFollowError, match="deleted"):
+        f.poll()
+    assert f.series["gpt2"].eval_val == [3.1]  # kept
+
+
+def test_bad_settings_are_named_before_anything_starts(tmp_path):
+    base = dict(TINY, corpus="pydoc", path="")
+    assert "data" not in command_settings(base)
+    with pytest.raises(ValueError, match="tick at least one init scheme"):
+        command_settings(dict(base, init=""))
+    with pytest.raises(ValueError, match="is not a file"):
+        command_settings(dict(base, corpus="file", path=str(tmp_path / "missing.txt")))
+    with pytest.raises(ValueError, match="no train.bin"):
+        command_settings(dict(base, corpus="folder", path=str(tmp_path)))
+    text = tmp_path / "t.txt"
+    text.write_text("hello")
+    assert command_settings(dict(base, corpus="file", path=str(text)))["data"] == str(text)
