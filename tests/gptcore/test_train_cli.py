@@ -308,3 +308,12 @@ def test_gpt2_tokenizer_runs_write_no_char_vocabulary_and_probe_in_bpe_tokens(tm
     tokens = probe["attention"]["tokens"]
     assert len(tokens) == 16 and any(len(t) > 1 for t in tokens)  # whole BPE pieces, not characters
     assert "".join(tokens) in text_file.read_text()
+
+
+def test_a_block_too_short_for_the_census_still_probes_the_rest(tmp_path, text_file):
+    out = tmp_path / "short"
+    assert train(out, text_file, "--max_iters=1", "--block_size=4") == 0
+    probe = [r for r in read_trace(out / "trace.jsonl") if r["kind"] == "probe"][-1]
+    assert probe["census"] is None and "too short for a head census" in probe["notes"][0]
+    assert probe["icl"]["score"] is None  # 4 positions: no early and late part either
+    assert np.load(out / probe["attention"]["file"]).shape == (1, 2, 4, 4)
