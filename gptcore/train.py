@@ -163,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
             if rank == 0:
                 print(f"error: {exc}", file=sys.stderr)
             return 2
+        except KeyboardInterrupt:
+            print("interrupted while starting; nothing was trained", file=sys.stderr)
+            return 130
         try:
             return run.run()
         except (ValueError, TrainingError) as exc:  # e.g. a full disk: the trace's error record says it too
