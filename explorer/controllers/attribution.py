@@ -309,9 +309,26 @@ class AttributionController(PanelController):
 
     def export(self, key: str, fmt: str, path: str) -> None:
         try:
-            if not self.panel.export(key, fmt, path):
+            if not self.panel.export(key, fmt, path, self.export_meta(key)):
                 raise OSError(f"could not write {path}; pick a folder you can write to")
         except OSError as exc:
             self.panel.set_message(self.report_error(exc, "Export failed").message)
             return
         self.ctx.show_message(f"Exported {path}", 5000)
+
+    def export_meta(self, key: str) -> dict:
+        """What a CSV of view `key` was computed from: the model, the ablation in force, and
+        (except the census, which needs neither) the prompt, target and contrast."""
+        info, state = self.session.info, self.session.ablation
+        parts = [f"L{layer}H{head}" for layer, head in sorted(state.heads)] + [f"L{m} MLP" for m in sorted(state.mlps)]
+        meta = {"model": f"{info.name} ({info.status_word})",
+                "ablation": f"{', '.join(parts)} ({state.mode} ablation)" if parts else "none"}
+        patched = key in ("resid", "attn", "mlp", "pheads")
+        r = self.patch_result if patched else self.result
+        if key != "census" and r is not None:
+            meta["prompt" if not patched else "clean prompt"] = r.clean_text if patched else r.text
+            if patched:
+                meta["corrupted prompt"] = r.corrupt_text
+            meta["target"] = repr(r.target.text)
+            meta["contrast"] = repr(r.contrast.text) if r.contrast is not None else "none (the target's own logit)"
+        return meta

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (QComboBox, QGridLayout, QHBoxLayout, QLabel, QMen
                                QPushButton, QSplitter, QTabWidget, QToolButton, QVBoxLayout, QWidget)
 
 from .census_table import CensusTable
+from .csv_meta import with_metadata
 from .distribution_chart import DistributionChart
 from .elided_label import ElidedLabel
 from .layer_bars import LayerBars
@@ -321,14 +322,15 @@ class AttributionPanel(QWidget):
         self.message.setText(f"<span style='color:#dc2626'>{text}</span>" if error and text else text)
 
     # -- export (the controller picks the path) ----------------------------------------------
-    def export(self, key: str, fmt: str, path: str) -> bool:
+    def export(self, key: str, fmt: str, path: str, meta: dict | None = None) -> bool:
+        """Write one view as PNG, or CSV with `meta` (model, ablation, target…) as `# key: value` lines on top."""
         views = {"bars": self.bars, "heads": self.heads, "resid": self.patch_maps["resid"],
                  "attn": self.patch_maps["attn"], "mlp": self.patch_maps["mlp"], "pheads": self.patch_maps["heads"],
                  "census": self.census}
         view = views[key]
         if fmt == "png":
             return view.export_png(path)
-        Path(path).write_text(view.csv_text(), encoding="utf-8")
+        Path(path).write_text(with_metadata(view.csv_text(), meta), encoding="utf-8")
         return True
 
     # -- internal ----------------------------------------------------------------------------

@@ -85,7 +85,9 @@ class CensusTable(QTableWidget):
         out = io.StringIO()
         writer = csv.writer(out)
         writer.writerow(["layer", "head", "previous_token", "duplicate_token", "induction", "position_copy",
-                         "position_offset"])
+                         "position_offset", "ablated"])
+        ablated = {self.head_at(r) for r in range(self.rowCount()) if self.item(r, ABLATED).text()}
         for layer, head, prev, dup, ind, pos, offset in self._rows:
-            writer.writerow([layer, head, f"{prev:.6g}", f"{dup:.6g}", f"{ind:.6g}", f"{pos:.6g}", offset])
+            writer.writerow([layer, head, f"{prev:.6g}", f"{dup:.6g}", f"{ind:.6g}", f"{pos:.6g}", offset,
+                             "yes" if (layer, head) in ablated else ""])
         return out.getvalue()

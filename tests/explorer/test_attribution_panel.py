@@ -58,7 +58,7 @@ def test_bad_picks_give_messages_and_keep_the_last_result(qtbot, view):
     assert c.result is before
 
 
-def test_clicking_a_head_ablates_it_for_every_panel_and_reset_restores(qtbot, view, panel_context):
+def test_clicking_a_head_ablates_it_for_every_panel_and_reset_restores(qtbot, view, panel_context, tmp_path):
     session = panel_context.session
     v0, before = session.version, view.controller.result
     with qtbot.waitSignal(view.controller.drawn, timeout=WAIT):
@@ -73,6 +73,13 @@ def test_clicking_a_head_ablates_it_for_every_panel_and_reset_restores(qtbot, vi
         view.view.heads.cellClicked.emit(0, 4)  # the MLP column
     assert session.ablation.mlps == (0,)
     qtbot.waitUntil(lambda: view.view.census.item(0, 6) is not None, timeout=WAIT)
+    census = view.view.census
+    qtbot.waitUntil(lambda: any(census.head_at(r) == (1, 2) and census.item(r, 6).text() == "ablated"
+                                for r in range(census.rowCount())), timeout=WAIT)
+    view.controller.export("census", "csv", str(tmp_path / "census.csv"))
+    meta, rows = _csv(tmp_path / "census.csv")
+    assert meta["ablation"] == "L1H2, L0 MLP (zero ablation)"  # the exported numbers say what was knocked out
+    assert [(r[0], r[1]) for r in rows[1:] if r[7] == "yes"] == [("1", "2")]
     with qtbot.waitSignal(view.controller.drawn, timeout=WAIT):
         view.view.reset_button.click()
     assert not session.ablation.active and view.view.ablation_label.text() == "nothing ablated"
@@ -135,20 +142,31 @@ def _slow_patching(real):
     return patching
 
 
+def _csv(path):
+    """(the `# key: value` lines as a dict, the table's rows)."""
+    lines = open(path, encoding="utf-8").read().splitlines()
+    meta = dict(line[2:].split(": ", 1) for line in lines if line.startswith("# "))
+    return meta, list(csv.reader(line for line in lines if not line.startswith("# ")))
+
+
 def test_export_csv_and_png(qtbot, view, tmp_path):
     c = view.controller
     c.export("heads", "csv", str(tmp_path / "heads.csv"))
-    rows = list(csv.reader(open(tmp_path / "heads.csv")))
+    meta, rows = _csv(tmp_path / "heads.csv")
     assert rows[0] == ["", "H0", "H1", "H2", "H3", "MLP"] and rows[1][0] == "L0"
     assert float(rows[2][3]) == pytest.approx(c.result.heads[1, 2], rel=1e-5)
+    # what the numbers were computed from travels with them (issue 23)
+    assert meta["model"] == "tiny (test) (untrained)" and meta["ablation"] == "none"
+    assert meta["prompt"] == c.result.text and meta["target"] == repr(c.result.target.text)
     c.export("bars", "csv", str(tmp_path / "bars.csv"))
-    assert list(csv.reader(open(tmp_path / "bars.csv")))[1][0] == "embed"
+    assert _csv(tmp_path / "bars.csv")[1][1][0] == "embed"
     c.export("census", "csv", str(tmp_path / "census.csv"))
-    census_rows = list(csv.reader(open(tmp_path / "census.csv")))
-    assert len(census_rows) == 9
-    assert census_rows[0][4:] == ["induction", "position_copy", "position_offset"]
+    meta, census_rows = _csv(tmp_path / "census.csv")
+    assert len(census_rows) == 9 and "target" not in meta
+    assert census_rows[0][4:] == ["induction", "position_copy", "position_offset", "ablated"]
     assert float(census_rows[6][5]) == pytest.approx(float(c.census.position_copy[1, 1]), rel=1e-5)
     assert int(census_rows[6][6]) == int(c.census.position_offset[1, 1]) >= 2
+    assert all(row[7] == "" for row in census_rows[1:])
     c.export("heads", "png", str(tmp_path / "heads.png"))
     assert (tmp_path / "heads.png").stat().st_size > 1000
     c.export("census", "png", str(tmp_path / "census.png"))
