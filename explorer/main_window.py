@@ -189,6 +189,12 @@ class MainWindow(ModelLoading, QMainWindow):
         if page is not None:
             page.controller.open_run(path) if path else page.controller.open_run_dialog()
 
+    def open_train(self, model_config: dict) -> None:
+        """The Config panel's "Train this config…": the Train panel with that model shape."""
+        page = self.show_panel("train")
+        if page is not None:
+            page.controller.use_config(model_config)
+
     def new_model_from_config(self) -> None:
         page = self.show_panel("config")
         if page is not None:

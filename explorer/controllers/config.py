@@ -74,6 +74,7 @@ class ConfigController(PanelController):
         panel.presetChosen.connect(self.on_preset)
         panel.buildRequested.connect(self.on_build)
         panel.buildCancelled.connect(self.cancel_build)
+        panel.trainRequested.connect(self.on_train)
         self._build_outcome: str | None = None  # "built" / "failed" once the running build ended
         session = ctx.session
         if session is not None and session.has_model:
@@ -145,6 +146,11 @@ class ConfigController(PanelController):
 
         self.ctx.runner.submit(MODEL_TASK, work, on_result=self._built, on_error=self._build_failed,
                                on_progress=self.view.set_build_progress, on_finished=self._build_finished)
+
+    def on_train(self) -> None:
+        """"Train this config…": the Train panel takes the last valid config of the form."""
+        if self.ctx.window is not None:
+            self.ctx.window.open_train(self.config.to_dict())
 
     def cancel_build(self) -> None:
         """Stop the build between two layers; the current model stays."""

@@ -97,6 +97,7 @@ class TrainController(PanelController):
         self.process.output.connect(self._process_output)
         self.shown: tuple[str, str, int] | None = None  # (run, scheme, step) the session shows
         self.follow_session = False  # True once the user put a step of this run into the session
+        self.extra_model: dict = {}  # config fields beyond the form's, from "Train this config…"
         self._step_requested: tuple[str, int] | None = None
         self.timer = QTimer(self)
         self.timer.setInterval(POLL_MS)
@@ -124,7 +125,7 @@ class TrainController(PanelController):
     # -- starting and stopping ---------------------------------------------------------------------
     def start(self, values: dict) -> None:
         try:
-            settings = command_settings(values)
+            settings = {**self.extra_model, **command_settings(values)}
         except ValueError as exc:
             self.view.set_message(str(exc))
             return
@@ -339,6 +340,22 @@ class TrainController(PanelController):
                 self.ctx.show_message(f"saved {target} (nanoGPT's ckpt.pt: model, optimizer, model_args, iter_num)")
             except OSError as exc:
                 self.view.set_message(f"could not save {target}: {exc.strerror or exc}; choose another folder")
+
+    def use_config(self, config: dict) -> None:
+        """A model config (the Config panel's): the form's shape fields, plus every other field that
+        differs from nanoGPT's CPU recipe passed on as --key=value (the corpus sets vocab_size)."""
+        from gptcore.config import GPTConfig
+        from gptcore.training.config import CPU_RECIPE_MODEL
+
+        shown = ("n_layer", "n_head", "n_embd", "block_size", "bias", "dropout")
+        self.view.form.set_values({k: config[k] for k in shown if k in config})
+        base = GPTConfig(**CPU_RECIPE_MODEL).to_dict()
+        self.extra_model = {k: v for k, v in config.items()
+                            if k not in shown and k != "vocab_size" and base.get(k, object()) != v}
+        extra = ", ".join(f"{k}={v}" for k, v in self.extra_model.items())
+        self.view.set_status(f"model from the Config panel: {config.get('n_layer')} layers × {config.get('n_embd')} "
+                             f"wide, {config.get('n_head')} heads" + (f" (also {extra})" if extra else "")
+                             + "; the corpus sets the vocabulary")
 
     def use_session_shape(self) -> None:
         config = self.ctx.session.config if self.ctx.session is not None else None

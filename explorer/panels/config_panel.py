@@ -57,6 +57,7 @@ class ConfigPanel(QWidget):
     presetChosen = Signal(str)
     buildRequested = Signal(str, object)  # (init scheme, seed or None)
     buildCancelled = Signal()
+    trainRequested = Signal()  # "Train this config…": the Train panel takes the form's config
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -134,6 +135,9 @@ class ConfigPanel(QWidget):
         self.cancel_build_button.setToolTip("Stop building; the current model stays.")
         self.cancel_build_button.clicked.connect(self.buildCancelled)
         self.cancel_build_button.hide()
+        self.train_button = QPushButton("Train this config…")
+        self.train_button.setToolTip("Open the Train panel with this model shape (the corpus sets the vocabulary)")
+        self.train_button.clicked.connect(self.trainRequested)
         self.build_status = QLabel("")
         self.build_status.setWordWrap(True)
         self.build_status.setObjectName("readoutNote")
@@ -145,6 +149,7 @@ class ConfigPanel(QWidget):
         grid.addWidget(self.build_progress, 3, 0, 1, 2)
         grid.addWidget(self.cancel_build_button, 4, 0, 1, 2)
         grid.addWidget(self.build_status, 5, 0, 1, 2)
+        grid.addWidget(self.train_button, 6, 0, 1, 2)
         column.addWidget(build_box)
         column.addStretch(1)
 

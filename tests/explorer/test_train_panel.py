@@ -199,3 +199,14 @@ def test_bad_settings_are_named_before_anything_starts(tmp_path):
     text = tmp_path / "t.txt"
     text.write_text("hello")
     assert command_settings(dict(base, corpus="file", path=str(text)))["data"] == str(text)
+
+
+def test_train_this_config_in_the_config_panel_fills_the_train_form(qtbot, window):
+    window.session.build(dict(window.session.config.to_dict(), n_layer=3, n_embd=48, n_head=3), "gpt2", seed=0)
+    config = window.show_panel("config").controller
+    qtbot.waitUntil(lambda: config.config.n_layer == 3, timeout=30_000)
+    config.view.train_button.click()
+    assert window.current_panel_name() == "train"
+    values = window.panel("train").controller.view.form.values()
+    assert (values["n_layer"], values["n_embd"], values["n_head"]) == (3, 48, 3)
+    assert "model from the Config panel: 3 layers × 48 wide" in window.panel("train").controller.view.status_label.text()
