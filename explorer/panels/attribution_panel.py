@@ -44,7 +44,11 @@ def _token_label(text: str) -> str:
 
 class _Picker(QComboBox):
     """An editable token picker: special entries first, then the model's top tokens; emits
-    `picked(str)` with the raw token text ('' for a special entry's meaning, see `special`)."""
+    `picked(str)` with the raw token text ('' for a special entry's meaning, see `special`).
+
+    Tokens are listed as the chips show them (" creed" as "␣creed": a combo box would show a
+    leading space as nothing) and keep their raw text in the item's UserRole; what the user
+    types is read back the same way (`_raw`)."""
 
     picked = Signal(str)
 
@@ -54,9 +58,10 @@ class _Picker(QComboBox):
         self.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
         self.setMinimumContentsLength(14)
         self._specials = specials
-        self.addItems(list(specials))
-        self.activated.connect(lambda index: self.picked.emit(self.itemText(index)))
-        self.lineEdit().returnPressed.connect(lambda: self.picked.emit(self.currentText()))
+        for special in specials:
+            self.addItem(special, special)
+        self.activated.connect(lambda index: self.picked.emit(self.itemData(index)))
+        self.lineEdit().returnPressed.connect(lambda: self.picked.emit(self.choice()))
 
     def set_top(self, tokens: list[str], probs: np.ndarray) -> None:
         current = self.currentText()
@@ -64,7 +69,7 @@ class _Picker(QComboBox):
         while self.count() > len(self._specials):
             self.removeItem(self.count() - 1)
         for token, p in zip(tokens, probs):
-            self.addItem(token)
+            self.addItem(self._shown(token), token)
             self.setItemData(self.count() - 1, f"{_token_label(token)}  {format_prob(float(p))}",
                              Qt.ItemDataRole.ToolTipRole)
         self.setEditText(current)
@@ -72,8 +77,12 @@ class _Picker(QComboBox):
 
     def show_choice(self, text: str) -> None:
         self.blockSignals(True)
-        self.setEditText(text)
+        self.setEditText(self._shown(text))
         self.blockSignals(False)
+
+    def choice(self) -> str:
+        """The raw text of what the box shows (a listed entry's token, or what was typed)."""
+        return self._raw(self.currentText())
 
     def reset(self) -> None:
         """Only the special entries, the first one chosen: the tokens listed belonged to another model."""
@@ -81,7 +90,17 @@ class _Picker(QComboBox):
         self.show_choice(self._specials[0])
 
     def entries(self) -> list[str]:
-        return [self.itemText(i) for i in range(self.count())]
+        """The raw texts listed, specials first."""
+        return [self.itemData(i) for i in range(self.count())]
+
+    def _shown(self, text: str) -> str:
+        return text if text in self._specials else _token_label(text)
+
+    def _raw(self, shown: str) -> str:
+        index = self.findText(shown, Qt.MatchFlag.MatchExactly)
+        if index >= 0:
+            return self.itemData(index)
+        return shown.replace("␣", " ").replace("↵", "\n").replace("→", "\t")  # typed: the chips' marks read back
 
 
 class AttributionPanel(QWidget):

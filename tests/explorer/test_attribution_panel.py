@@ -32,8 +32,27 @@ def test_dla_is_drawn_with_the_top_two_and_sums(view, panel_context):
     assert shown.shape == (2, 5)  # 4 heads + the MLP column
     np.testing.assert_allclose(shown[:, :4], r.heads)
     np.testing.assert_allclose(shown[:, 4], r.mlps)
-    assert view.view.target.currentText() == r.target.text
+    assert view.view.target.choice() == r.target.text
     assert view.view.census.rowCount() == 8
+
+
+def test_pickers_show_a_tokens_leading_space(qtbot, view):
+    """Issue 23: " creed" showed as "creed" in the target box, indistinguishable from "creed"."""
+    c, picker = view.controller, view.view.target
+    with qtbot.waitSignal(c.drawn, timeout=WAIT):
+        picker.picked.emit(" Mary")
+    assert picker.currentText() == "␣Mary" and picker.choice() == " Mary"
+    listed = [t.text for t in c.result.top]
+    spaced = [t for t in listed if t.startswith(" ")]
+    assert spaced  # GPT-2's top tokens after a prompt mostly start with a space
+    shown = [picker.itemText(i) for i in range(picker.count())]
+    assert "␣" + spaced[0][1:] in shown and spaced[0] in picker.entries()
+    index = shown.index("␣" + spaced[0][1:])
+    with qtbot.waitSignal(picker.picked, timeout=WAIT) as picked:
+        picker.activated.emit(index)  # choosing it from the list picks the raw token
+    assert picked.args == [spaced[0]]
+    picker.lineEdit().setText("␣Paris")  # typed with the chips' mark: read back as a space
+    assert picker.choice() == " Paris"
 
 
 def test_typing_updates_live_and_a_typed_target_is_kept(qtbot, view):
