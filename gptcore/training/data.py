@@ -238,7 +238,8 @@ class _PlainUnpickler(pickle.Unpickler):
 
     def find_class(self, module, name):
         raise DataError(f"refused to read: it names {module}.{name}, but a nanoGPT meta.pkl holds only plain "
-                        f"dicts, strings and numbers (a pickle naming functions can run code)")
+                        f"dicts, strings and numbers (a pickle naming a function can run any code that way). "
+                        f"Nothing was executed; run prepare.py again to rewrite it")
 
 
 def read_meta(path: Path) -> dict:
