@@ -8,20 +8,24 @@ Each probe record (trace.py has its fields) holds, for one init scheme at one st
 - "census": `head_census` on repeated random tokens (probes/census.py), every (layer, head) score
   it returns (previous-token, duplicate-token, induction, ... as that module defines them).
 - "residual": the mean per-token L2 norm of the residual stream at every layer boundary
-  (probes/residual.py's `stream_norms`) on PROBE_ROWS windows of the val split.
+  (probes/residual.py's `stream_norms`) on PROBE_ROWS fixed windows of the val split.
 - "attention": every head's pattern on a probe prompt (the val split's first PROMPT_TOKENS
   tokens), in a side file DIR/probes/<scheme>/attention_<step>.npy, float16 (L, nh, T, T).
 - "icl": the in-context-learning score of Olsson et al. (2022), scaled to the context length:
-  the mean loss at the last tenth of the positions minus the mean loss at positions around a
-  tenth of the way in (exact positions in the record), on PROBE_ROWS val windows. Negative means
-  later tokens are predicted better because the model uses what came before; an induction head
-  forming shows as a drop. "loss_by_position" gives the whole curve (binned to ≤ 64 points).
+  the mean loss at the last eighth of the positions minus the mean loss at positions around a
+  tenth of the way in (exact positions in the record), on fixed val windows of about ICL_TOKENS
+  tokens in all. Negative means later tokens are predicted better because the model uses what
+  came before; an induction head forming shows as a drop. One token's loss varies by ~2 nats, so
+  the score needs thousands of tokens per window to be read to ~0.1 (64 windows at block 64: the
+  probe's largest forward); the windows are the same at every step, so a change is the model's.
+  "loss_by_position" gives the whole curve (binned to ≤ 64 points).
 - "sample": SAMPLE_TOKENS tokens continuing the prompt's first tokens, sampled at temperature 0.8
   with a fixed seed (the same draws every time, so only the model changes the text).
 
 Cost at the CPU recipe (4×4×128, block 64, bf16 steps on a 2-core EPYC; `python -m
-gptcore.benches.probe_cost`): one probe ≈ 4.5 optimizer steps of CPU time (267 vs 61.5 ms), the
-48-token sample the largest part, so the default probe_interval of 100 costs ≈ 4.5 % of training.
+gptcore.benches.probe_cost`): one probe ≈ 6.3 optimizer steps of CPU time (304 vs 48 ms; the
+48-token sample and the ICL forward the largest parts), so the default probe_interval of 100
+costs ≈ 6 % of training time (target ≤ 10 %).
 """
 from __future__ import annotations
 
@@ -37,7 +41,9 @@ from ..probes.residual import boundary_axis, stream_norms
 from .run import RunFolder
 
 PROMPT_TOKENS = 32  # the attention probe's T: (L, nh, 32, 32) stays small for any model
-PROBE_ROWS = 8  # val windows for the residual norms and the ICL score
+PROBE_ROWS = 8  # val windows for the residual norms
+ICL_TOKENS = 4096  # the ICL score's windows hold about this many tokens: 64 windows of 64, 8 of 512 ...
+ICL_ROWS = (8, 64)  # ... but never fewer or more windows than these
 SAMPLE_TOKENS = 48
 SAMPLE_PROMPT_TOKENS = 8
 SAMPLE_SEED = 0
@@ -54,7 +60,9 @@ class Recorder:
         T = min(PROMPT_TOKENS, block_size, len(corpus.val))
         self.prompt = torch.as_tensor(np.asarray(corpus.val[:T], dtype=np.int64))  # (T,)
         self.prompt_text = [corpus.decode([int(i)]) for i in self.prompt]
-        self.x, self.y = corpus.batch("val", 0, PROBE_ROWS, block_size, seed, stream=PROBE_STREAM)  # (R, block) each
+        self.x, _ = corpus.batch("val", 0, PROBE_ROWS, block_size, seed, stream=PROBE_STREAM)  # (R, block)
+        rows = min(max(ICL_TOKENS // block_size, ICL_ROWS[0]), ICL_ROWS[1])
+        self.icl_x, self.icl_y = corpus.batch("val", 1, rows, block_size, seed, stream=PROBE_STREAM)  # (R', block) each
         self.early, self.late = icl_positions(block_size)
 
     @torch.no_grad()
@@ -105,10 +113,10 @@ class Recorder:
         return {"file": self.folder.relative(path), "shape": list(stacked.shape), "tokens": self.prompt_text}
 
     def _icl(self, model, device) -> dict:
-        logits = model(self.x.to(device))  # (R, T, V)
-        per_token = F.cross_entropy(logits.float().flatten(0, 1), self.y.to(device).flatten(), reduction="none")
-        by_position = per_token.view(self.y.shape).mean(dim=0).cpu().numpy()  # (T,)
-        out = {"early_positions": list(self.early), "late_positions": list(self.late)}
+        logits = model(self.icl_x.to(device))  # (R', T, V)
+        per_token = F.cross_entropy(logits.float().flatten(0, 1), self.icl_y.to(device).flatten(), reduction="none")
+        by_position = per_token.view(self.icl_y.shape).mean(dim=0).cpu().numpy()  # (T,)
+        out = {"early_positions": list(self.early), "late_positions": list(self.late), "windows": len(self.icl_y)}
         if self.early and self.late:
             early, late = float(by_position[list(self.early)].mean()), float(by_position[list(self.late)].mean())
             out.update(score=round(late - early, _DIGITS), early=round(early, _DIGITS), late=round(late, _DIGITS))
@@ -145,7 +153,7 @@ def icl_positions(T: int) -> tuple[range, range]:
     early around a tenth of the way in (Olsson et al.'s token 50 of 512), late the last tenth."""
     if T < 8:
         return range(0), range(0)
-    tenth = T // 10
-    early = range(max(1, tenth - 2), max(2, tenth + 2))
-    late = range(T - max(4, tenth), T)
+    tenth, half_width = T // 10, T // 20
+    early = range(max(1, tenth - half_width), max(2, tenth + half_width + 1))  # T=64: 3..9
+    late = range(T - T // 8, T)  # T=64: 56..63
     return early, late

@@ -144,3 +144,13 @@ def test_a_reader_follows_a_trace_while_another_thread_writes_it(tmp_path):
     assert [r["kind"] for r in got] == ["start", *["train"] * 20, "done"]
     assert [r["step"] for r in got if r["kind"] == "train"] == list(range(20))
     assert during > 1  # records were read while the file was still growing
+
+
+def test_icl_positions_scale_with_the_context():
+    from gptcore.training.recorder import icl_positions
+
+    early, late = icl_positions(64)
+    assert list(early) == list(range(3, 10)) and list(late) == list(range(56, 64))
+    early, late = icl_positions(1024)
+    assert early.start < 102 < early.stop and late.stop == 1024 and len(late) == 128
+    assert icl_positions(7) == (range(0), range(0))
