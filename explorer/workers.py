@@ -20,6 +20,13 @@ task reports (result, progress, error, finished) is dropped on arrival. So a slo
 can never overwrite a newer one, without any locking in the panels. A superseded task that
 has not started yet is dropped without running.
 
+Why a `current` predicate too: a key's generation only orders requests of one key, but a
+result also belongs to the state it was computed for (the session's model and ablation). A
+request carries that state as `current()` (PanelController.submit makes it from the
+session's version), and a result or error that arrives when `current()` is False is dropped
+here, for every key at once — controllers never compare versions by hand. `on_dropped` tells
+a controller that wants to say so ("the model changed during the run").
+
 Why a cancel token and not thread termination: Python threads cannot be killed safely.
 Long work (generation, downloads) calls `token.raise_if_cancelled()` between steps;
 `Cancelled` ends the task quietly (it is not an error). A task that ignores its token holds
@@ -95,6 +102,8 @@ class _Task:
     on_progress: Callable[[int, int, str], None] | None
     on_finished: Callable[[], None] | None
     fn: Callable | None = None
+    current: Callable[[], bool] | None = None  # False: the state it was computed for is gone
+    on_dropped: Callable[[], None] | None = None
     started: bool = False
 
 
@@ -277,12 +286,16 @@ class TaskRunner(QObject):
 
     # -- public API ------------------------------------------------------------------
     def submit(self, key: str, fn: Callable[[CancelToken, ProgressFn], Any], *,
-               on_result=None, on_error=None, on_progress=None, on_finished=None) -> int:
+               on_result=None, on_error=None, on_progress=None, on_finished=None,
+               current: Callable[[], bool] | None = None, on_dropped=None) -> int:
+        """Run `fn(token, progress)` on the compute thread under `key` (superseding the key's
+        last task). `current()`, checked on the GUI thread when the result or error arrives:
+        False drops it (then `on_dropped()`), as the state it was computed for is gone."""
         self._cancel_tokens(key)
         generation = self._generation.get(key, 0) + 1
         self._generation[key] = generation
         task = _Task(next(self._ids), key, generation, CancelToken(), on_result, on_error, on_progress, on_finished,
-                     fn=fn)
+                     fn=fn, current=current, on_dropped=on_dropped)
         was_busy = bool(self._tasks)
         self._tasks[task.task_id] = task
         self._latest[key] = task.task_id
@@ -362,10 +375,19 @@ class TaskRunner(QObject):
         if task and task.on_progress and not task.token.cancelled:
             task.on_progress(done, total, message)
 
+    def _outdated(self, task: _Task, what: str) -> bool:
+        """True (and the task told) when the state its request was computed for is gone."""
+        if task.current is None or task.current():
+            return False
+        log.debug("dropped the %s of %r: computed for a state that is no longer current", what, task.key)
+        if task.on_dropped is not None:
+            task.on_dropped()
+        return True
+
     @Slot(int, object)
     def _on_result(self, task_id: int, value) -> None:
         task = self._current(task_id)
-        if task and task.on_result:
+        if task and not self._outdated(task, "result") and task.on_result:
             task.on_result(value)
 
     @Slot(int, object)
@@ -373,6 +395,8 @@ class TaskRunner(QObject):
         task = self._current(task_id)
         if task is None:
             log.info("dropped error of a superseded task: %r", exc)
+            return
+        if self._outdated(task, "error"):
             return
         if task.on_error:
             task.on_error(exc)

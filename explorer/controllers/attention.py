@@ -1,18 +1,15 @@
 """Attention controller: prompt edits -> debounced capture in a worker -> the panel.
 
 Rules that keep it live while typing without ever drawing the past:
-- each edit restarts a single-shot QTimer; only its timeout computes. Its interval is half
-  the last capture's time, between MIN_DEBOUNCE_MS and DEBOUNCE_MS (half: keys that come
-  during a capture are absorbed by the one-run-at-a-time rule below anyway): with prefix reuse a
-  keystroke's capture of a short prompt takes a few tens of ms, and waiting 80 ms for it
-  would be most of the latency; a slow capture (long prompt, big model) keeps the full
-  80 ms so a burst of keys costs one capture, not one per key;
-- at most one capture runs at a time: an edit (or head click, BOS toggle, model swap)
-  during a run marks the state dirty and ONE new run starts when it finishes, so a fast
-  typist never queues a backlog of forwards on two cores;
-- runs are submitted under one runner key, so anything superseded is dropped by the
-  runner, and a result computed for an older `session.version` (model swapped meanwhile)
-  is dropped here;
+- debounce + one capture in flight (controllers/live.py, the helper every live panel uses).
+  The debounce is half the last capture's time, between MIN_DEBOUNCE_MS and DEBOUNCE_MS
+  (half: keys that come during a capture are absorbed by the one-run-at-a-time rule anyway):
+  with prefix reuse a keystroke's capture of a short prompt takes a few tens of ms, and
+  waiting 80 ms for it would be most of the latency; a slow capture (long prompt, big model)
+  keeps the full 80 ms so a burst of keys costs one capture, not one per key;
+- runs are submitted under one runner key with the state they are computed for
+  (PanelController.submit), so anything superseded, or computed for a model or ablation no
+  longer loaded, is dropped by the runner;
 - the zoom needs full resolution for its layer: a capture keeps it for the selected
   layer only (bounded memory), and clicking a head in another layer of a pooled (long)
   prompt asks for one more capture.
@@ -23,11 +20,12 @@ import logging
 
 import numpy as np
 import shiboken6
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QFileDialog
 
 from ..panels.attention_panel import AttentionPanel
 from .base import PanelController
+from .live import LiveRequest
 
 log = logging.getLogger("explorer.attention")
 
@@ -57,14 +55,10 @@ class AttentionController(PanelController):
         self.debounce_ms = debounce_ms  # the longest wait; shorter while captures are cheap
         self.result = None  # the AttentionResult on screen
         self.selected: tuple[int, int] | None = None
-        self._in_flight = False
-        self._dirty = False
-        self._census_version = -1  # the version whose head census is on the grid (or on its way)
-        self.timer = QTimer(self)
-        self.timer.setSingleShot(True)
-        self.timer.setInterval(debounce_ms)
-        self.timer.timeout.connect(self.request)
-        panel.promptChanged.connect(lambda _text: self.timer.start())
+        self._census_asked = False  # the head census for the state on screen is drawn or on its way
+        self.live = LiveRequest(self._start_capture, debounce_ms, parent=self)
+        self.timer = self.live.timer  # tests wait on it
+        panel.promptChanged.connect(lambda _text: self.live.poke())
         panel.bosToggled.connect(lambda _on: self.request())
         panel.headSelected.connect(self.select_head)
         panel.ablateToggled.connect(self.toggle_ablation)
@@ -86,22 +80,26 @@ class AttentionController(PanelController):
     def invalidate(self, event) -> None:
         """The maps, lens, chips, zoom and hover line belong to the old state: off screen."""
         self.result = None
+        self._census_asked = False
         self.view.clear_results(event.reason)
 
     def refresh(self) -> None:
         self.request()
 
     # -- requests --------------------------------------------------------------------------
+    @property
+    def _in_flight(self) -> bool:
+        return self.live.in_flight
+
     def request(self) -> None:
         """Compute for the panel's current text now, or right after the run in flight."""
-        self.timer.stop()
-        if self._in_flight:
-            self._dirty = True
-            return
+        self.live.now()
+
+    def _start_capture(self, done) -> bool:
         session = self.ctx.session
         if not session.has_model:
             self.view.set_status("waiting for a model…")
-            return
+            return False
         text = self.view.prompt_text()
         layer = self.selected[0] if self.selected else 0
         bos = self.view.prepend_bos()
@@ -111,10 +109,9 @@ class AttentionController(PanelController):
             token.raise_if_cancelled()
             return session.attention(text, full_layers=(layer,), thumb_size=thumb, prepend_bos=bos)
 
-        self._in_flight = True
         self.view.set_status("computing…")
-        self.ctx.runner.submit(TASK_KEY, work, on_result=self._on_result, on_error=self._on_error,
-                               on_finished=self._on_finished)
+        self.submit(TASK_KEY, work, on_result=self._on_result, on_error=self._on_error, on_finished=done)
+        return True
 
     def select_head(self, layer: int, head: int) -> None:
         self.selected = (layer, head)
@@ -123,12 +120,12 @@ class AttentionController(PanelController):
             if not self.result.has_full(layer):
                 self.request()
 
-    def _show_census(self, version: int) -> None:
+    def _show_census(self) -> None:
         """The induction column: the session's head census for this model and ablation,
-        computed once per version in the background (repeated random tokens, ~1 s for GPT-2 small)."""
-        if self._census_version == version:
+        computed once per state in the background (repeated random tokens, ~1 s for GPT-2 small)."""
+        if self._census_asked:
             return
-        self._census_version = version
+        self._census_asked = True
         session = self.ctx.session
 
         def work(token, _progress):
@@ -137,11 +134,11 @@ class AttentionController(PanelController):
 
         def show(census) -> None:
             # It may arrive after the view closed (nothing waits for it): then there is nothing to draw.
-            if census.version == session.version and shiboken6.isValid(self.view):
+            if shiboken6.isValid(self.view):
                 self.view.set_census(census.induction)
 
         self.view.set_census(None)
-        self.ctx.runner.submit("attention-census", work, on_result=show, on_error=self._on_error)
+        self.submit("attention-census", work, on_result=show, on_error=self._on_error)
 
     def toggle_ablation(self, layer: int, head: int) -> None:
         """Shift+click: ablate (or restore) a head for every panel; the session announces it
@@ -162,23 +159,19 @@ class AttentionController(PanelController):
 
     # -- results (GUI thread) ------------------------------------------------------------
     def _on_result(self, result) -> None:
-        if result.version != self.ctx.session.version:
-            log.debug("dropped attention computed for model version %d", result.version)
-            self._dirty = True  # the swap's own request may have been absorbed by this run
-            return
         self.result = result
         capture_ms = result.forward_s * 1000
-        self.timer.setInterval(int(min(self.debounce_ms, max(MIN_DEBOUNCE_MS, capture_ms / 2))))
+        self.live.set_debounce(int(min(self.debounce_ms, max(MIN_DEBOUNCE_MS, capture_ms / 2))))
         self.view.set_attention(result)
         self.view.set_ablated(self.ctx.session.ablation.heads)
-        self._show_census(result.version)
+        self._show_census()
         if result.n_tokens:
             if self.selected is None or self.selected[0] >= result.n_layer or self.selected[1] >= result.n_head:
                 flat = int(np.argmax(result.prev_token))  # open on the clearest head type there is
                 self.selected = divmod(flat, result.n_head)
             self._show_selected()
             if not result.has_full(self.selected[0]):
-                self._dirty = True  # the zoom's "full resolution coming…": ask for it when this run ends
+                self.live.again_after()  # the zoom's "full resolution coming…": ask for it when this run ends
         self.view.set_status(f"{result.n_tokens} tokens · capture {result.forward_s * 1000:.0f} ms")
         self.drawn.emit(result)
         self.mark_ready()
@@ -199,12 +192,6 @@ class AttentionController(PanelController):
         swap has already cleared anything older (invalidate)."""
         expl = self.report_error(exc, "Attention failed")
         self.view.set_error(expl.message.split("\n\n")[0] if expl.input_problem else f"{expl.title}: {exc}")
-
-    def _on_finished(self) -> None:
-        self._in_flight = False
-        if self._dirty:
-            self._dirty = False
-            self.request()
 
     # -- export ----------------------------------------------------------------------------
     def export_npz(self, path: str) -> None:

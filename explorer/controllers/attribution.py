@@ -1,15 +1,14 @@
 """Attribution controller: the Attribution panel <-> the session, through the task runner.
 
-- DLA follows the prompt, target and contrast live, with the attention panel's rules: a
-  debounce timer, at most one run in flight (an edit meanwhile makes ONE more run when it
-  ends), and a result computed for an older `session.version` (model swapped, ablation
-  changed) is dropped.
+- DLA follows the prompt, target and contrast live, with the attention panel's rules
+  (controllers/live.py: debounce, one run in flight); every request carries the state it is
+  computed for, and the runner drops a result whose model or ablation is gone.
 - Ablation is session state: a click toggles a head or an MLP in the session (on a worker:
-  mean ablation runs the sample prompts), then the window is told, so EVERY panel
-  recomputes with the ablated model (they all see `version` change).
+  mean ablation runs the sample prompts); the session announces it (AblationChanged), so
+  EVERY panel, this one included, recomputes with the ablated model.
 - Patching runs under its own key with progress and Cancel; a model swap stops it (the
   session raises a message); clicking a cell asks for that cell's patched distribution.
-- The head census is computed once per model/ablation version, when this panel is built
+- The head census is computed once per model/ablation state, when this panel is built
   and after each change.
 """
 from __future__ import annotations
@@ -17,12 +16,13 @@ from __future__ import annotations
 import logging
 
 import shiboken6
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QFileDialog
 
 from ..panels.attribution_panel import AUTO_CONTRAST, AUTO_TARGET, NO_CONTRAST, AttributionPanel
 from ..session_events import ModelSwapped
 from .base import PanelController
+from .live import LiveRequest
 
 log = logging.getLogger("explorer.attribution")
 
@@ -47,13 +47,10 @@ class AttributionController(PanelController):
         self.census = None
         self.target: int | None = None  # None: the model's top-1
         self.contrast: int | None | str = "auto"  # "auto": top-2; None: no contrast
-        self._in_flight = self._dirty = False
         self._patch_answered = True
-        self.timer = QTimer(self)
-        self.timer.setSingleShot(True)
-        self.timer.setInterval(debounce_ms)
-        self.timer.timeout.connect(self.request)
-        panel.promptChanged.connect(lambda _text: self.timer.start())
+        self.live = LiveRequest(self._start_dla, debounce_ms, parent=self)
+        self.timer = self.live.timer
+        panel.promptChanged.connect(lambda _text: self.live.poke())
         panel.targetPicked.connect(self.pick_target)
         panel.contrastPicked.connect(self.pick_contrast)
         panel.headToggled.connect(lambda layer, head: self._change_ablation("head", layer, head))
@@ -101,30 +98,26 @@ class AttributionController(PanelController):
 
     # -- DLA ---------------------------------------------------------------------------------
     def request(self) -> None:
-        self.timer.stop()
-        if self._in_flight:
-            self._dirty = True
-            return
+        """DLA for the panel's prompt now, or right after the run in flight."""
+        self.live.now()
+
+    def _start_dla(self, done) -> bool:
         session = self.session
         if not session.has_model:
             self.panel.set_status("waiting for a model…")
-            return
+            return False
         text, target, contrast = self.panel.prompt_text(), self.target, self.contrast
 
         def work(token, _progress):
             token.raise_if_cancelled()
             return session.attribution(text, target, contrast)
 
-        self._in_flight = True
         self.panel.set_status("computing…")
         self.panel.set_message("")  # a new question: the last complaint no longer applies
-        self.ctx.runner.submit(KEYS["dla"], work, on_result=self._on_result, on_error=self._on_error,
-                               on_finished=self._on_finished)
+        self.submit(KEYS["dla"], work, on_result=self._on_result, on_error=self._on_error, on_finished=done)
+        return True
 
     def _on_result(self, result) -> None:
-        if result.version != self.session.version:
-            self._dirty = True
-            return
         self.result = result
         self.panel.set_attribution(result)
         self.panel.set_status(f"{len(result.tokens)} tokens · {result.elapsed_s * 1000:.0f} ms")
@@ -134,12 +127,6 @@ class AttributionController(PanelController):
     def _on_error(self, exc: BaseException) -> None:
         self.panel.set_status("")  # not "computing…" next to the error: nothing is
         self._show_error("Attribution failed", exc)
-
-    def _on_finished(self) -> None:
-        self._in_flight = False
-        if self._dirty:
-            self._dirty = False
-            self.request()
 
     def _show_error(self, title: str, exc: BaseException, patching: bool = False) -> None:
         """The one error path: an input problem stays in the panel; a bug also opens the dialog."""
@@ -215,7 +202,7 @@ class AttributionController(PanelController):
     # -- patching ------------------------------------------------------------------------------
     def run_patching(self, corrupt_text: str) -> None:
         session, result = self.session, self.result
-        if result is None or result.version != session.version:
+        if result is None:  # none yet, or cleared by a change it was computed before
             self.panel.set_patch_message("wait for the attribution of the clean prompt to finish, then Run", error=True)
             return
         clean_text = result.text
@@ -228,10 +215,14 @@ class AttributionController(PanelController):
         self.panel.set_running(True)
         self.panel.set_patch_message("patching…")
         self._patch_answered = False  # stays False when the run ends by Cancel (no result, no error)
-        self.ctx.runner.submit(KEYS["patch"], work, on_result=self._on_patched,
-                               on_error=self._on_patch_error,
-                               on_progress=lambda done, total, _msg: self.panel.set_progress(done, total),
-                               on_finished=self._patching_finished)
+        self.submit(KEYS["patch"], work, on_result=self._on_patched, on_error=self._on_patch_error,
+                    on_progress=lambda done, total, _msg: self.panel.set_progress(done, total),
+                    on_finished=self._patching_finished, on_dropped=self._patch_outdated)
+
+    def _patch_outdated(self) -> None:
+        """The run ended after the model or the ablation changed: its maps answer another question."""
+        self._patch_answered = True
+        self.panel.set_patch_message("the model or the ablation changed during the run; Run again", error=True)
 
     def _on_patch_error(self, exc: BaseException) -> None:
         self._patch_answered = True
@@ -239,9 +230,6 @@ class AttributionController(PanelController):
 
     def _on_patched(self, result) -> None:
         self._patch_answered = True
-        if result.version != self.session.version:
-            self.panel.set_patch_message("the model or the ablation changed during the run; Run again", error=True)
-            return
         self.patch_result = result
         self.panel.set_patching(result)
         self.patched.emit(result)
@@ -261,8 +249,8 @@ class AttributionController(PanelController):
             token.raise_if_cancelled()
             return session.patched_distribution(r.clean_text, r.corrupt_text, kind, layer, index)
 
-        self.ctx.runner.submit(KEYS["cell"], work, on_result=self.panel.set_patched_distribution,
-                               on_error=lambda exc: self._show_error("Patched distribution failed", exc, patching=True))
+        self.submit(KEYS["cell"], work, on_result=self.panel.set_patched_distribution,
+                    on_error=lambda exc: self._show_error("Patched distribution failed", exc, patching=True))
 
     # -- census ----------------------------------------------------------------------------------
     def request_census(self) -> None:
@@ -274,12 +262,12 @@ class AttributionController(PanelController):
             token.raise_if_cancelled()
             return session.head_census()
 
-        self.ctx.runner.submit(KEYS["census"], work, on_result=self._on_census,
-                               on_error=lambda exc: self._show_error("Head census failed", exc))
+        self.submit(KEYS["census"], work, on_result=self._on_census,
+                    on_error=lambda exc: self._show_error("Head census failed", exc))
 
     def _on_census(self, census) -> None:
-        if census.version != self.session.version or not shiboken6.isValid(self.panel):
-            return  # stale, or the view closed while it was computed
+        if not shiboken6.isValid(self.panel):
+            return  # the view closed while it was computed
         self.census = census
         self.panel.set_census(census.rows(), self.session.ablation.heads)
         self.censusDrawn.emit(census)

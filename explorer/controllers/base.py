@@ -100,6 +100,24 @@ class PanelController(QObject):
             self._ready_sent = True
             self.dataReady.emit()
 
+    def state_now(self):
+        """The one stale rule's token: a predicate that stays True while the session is in the
+        state it is in now (same model, same ablation, same settings)."""
+        session = self.ctx.session
+        version = session.version
+
+        def current() -> bool:
+            return session.version == version
+
+        return current
+
+    def submit(self, key: str, work, **callbacks) -> int:
+        """`ctx.runner.submit` with the state this request is computed for (`state_now()`):
+        its result (or error) is dropped by the runner if the session moved on before it
+        arrived (the event that moved it asks for a new one), so no controller compares
+        versions by hand."""
+        return self.ctx.runner.submit(key, work, current=self.state_now(), **callbacks)
+
     def report_error(self, exc: BaseException | str, title: str, *, after: str = "") -> Explanation:
         """The one error path (see PanelContext.report_error); show the returned `.inline` where it happened."""
         return self.ctx.report_error(exc, title, after=after)

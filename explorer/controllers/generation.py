@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Signal
 
 from gptcore.sampling import GPT2_VOCAB, default_vocab_limit
 
@@ -28,6 +28,7 @@ from ..panels.formatting import format_prob
 from ..panels.generation_panel import GenerationPanel
 from ..session_events import ModelSwapped
 from .base import PanelController
+from .live import LiveRequest
 
 LOGITS_KEY = "generation.logits"
 RUN_KEY = "generation.run"
@@ -40,7 +41,6 @@ SHAPING_SETTINGS = ("temperature", "top_k", "top_p", "repetition_penalty")  # wh
 class _Run:
     """One press of Generate."""
 
-    version: int
     max_new_tokens: int
     model_name: str = ""  # who writes this text (a later model swap says so next to it)
     outdated: bool = False  # the model changed since: the status line says who wrote it
@@ -78,11 +78,9 @@ class GenerationController(PanelController):
         self.last_run: _Run | None = None  # the last finished run (tokens produced, why it ended)
         self.generated_ids: list[int] = []  # token ids shown for the current / last run
 
-        self._debounce = QTimer(self)
-        self._debounce.setSingleShot(True)
-        self._debounce.setInterval(DEBOUNCE_MS)
-        self._debounce.timeout.connect(self.refresh_logits)
-        self.view.promptChanged.connect(lambda _text: self._debounce.start())
+        self.live = LiveRequest(self._start_logits, DEBOUNCE_MS, parent=self)
+        self._debounce = self.live.timer
+        self.view.promptChanged.connect(lambda _text: self.live.poke())
         self.view.settingsChanged.connect(self.redraw_distribution)
         self.view.generateRequested.connect(self.start_generation)
         self.view.stopRequested.connect(self.stop_generation)
@@ -134,18 +132,20 @@ class GenerationController(PanelController):
 
     # -- the distribution ------------------------------------------------------------------
     def refresh_logits(self) -> None:
-        """Run the model once on the prompt (in a worker); the bars follow from the result."""
-        self._debounce.stop()
+        """Run the model once on the prompt (in a worker), now or right after the run in
+        flight; the bars follow from the result."""
+        self.live.now()
+
+    def _start_logits(self, done) -> bool:
         if not self.session.has_model:
-            return
+            return False
         text = self.view.prompt_text()
         session = self.session
-        self.runner.submit(LOGITS_KEY, lambda cancel, progress: session.next_token_logits(text),
-                           on_result=self._on_logits, on_error=self._on_logits_error)
+        self.submit(LOGITS_KEY, lambda cancel, progress: session.next_token_logits(text),
+                    on_result=self._on_logits, on_error=self._on_logits_error, on_finished=done)
+        return True
 
     def _on_logits(self, result) -> None:
-        if result.version != self.session.version:
-            return  # computed on the previous model; on_model_changed asked for new ones
         self.logits = result
         self.view.set_prompt_note(self._prompt_note(result.context))
         self.redraw_distribution()
@@ -239,7 +239,7 @@ class GenerationController(PanelController):
         session = self.session
         settings = self.view.settings()
         context = session.prompt_context(self.view.prompt_text())
-        run = _Run(version=session.version, max_new_tokens=settings["max_new_tokens"], model_name=session.info.name)
+        run = _Run(max_new_tokens=settings["max_new_tokens"], model_name=session.info.name)
         self._run = run
         self.generated_ids = []
         self.view.start_stream(context.text, _stream_note(context))

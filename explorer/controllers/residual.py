@@ -164,8 +164,11 @@ class ResidualController(PanelController):
         self.view.set_busy(True)
         self.view.set_progress(0, steps * len(runs), "starting")
         self._set_status(view, f"Measuring {describe(settings)}…")
+        # Not self.submit: the random-init sweep does not depend on the loaded model, so a swap
+        # mid-sweep keeps it; only its reference curve is judged by `measured_on`.
         self.ctx.runner.submit(TASK_KEY, work,
-                               on_result=lambda r: self._on_result(view, settings, r, base),
+                               on_result=lambda r, measured_on=self.state_now(): self._on_result(
+                                   view, settings, r, base, measured_on),
                                on_error=self._on_error, on_progress=self.view.set_progress,
                                on_finished=self._on_finished)
 
@@ -201,18 +204,17 @@ class ResidualController(PanelController):
         session = self.ctx.session
         if not session.has_model or session.info.status_word == "untrained":
             return
-        version = session.version
 
         def work(token, _progress):
             token.raise_if_cancelled()
             return session.model_residual_curve(batch=settings["batch"], length=settings["length"],
                                                 seed=settings["seeds"][0], metric=settings["metric"])
 
-        def done(ref):
-            if ref is not None and ref.version == self.ctx.session.version == version:
+        def done(ref):  # only called while the model it was measured on is loaded (the one stale rule)
+            if ref is not None:
                 self.view.set_reference(ref.x, ref.y, ref.name)
 
-        self.ctx.runner.submit(REFERENCE_KEY, work, on_result=done, on_error=self._on_error)
+        self.submit(REFERENCE_KEY, work, on_result=done, on_error=self._on_error)
 
     def _view_changed(self, view: str) -> None:
         self.view.set_status(self.statuses.get(view, ""))
@@ -221,7 +223,10 @@ class ResidualController(PanelController):
             self.run()
 
     # -- results -------------------------------------------------------------------------------
-    def _on_result(self, view: str, settings: dict, results: list, base: dict | None = None) -> None:
+    def _on_result(self, view: str, settings: dict, results: list, base: dict | None = None,
+                   measured_on=None) -> None:
+        """The sweep (random-init models) stays valid across a model swap; the loaded model's own
+        curve in it only while `measured_on()` (the state the request was made in) holds."""
         result, other = results[0], (results[1] if len(results) > 1 else None)
         curves = result.curves
         self.results[view] = result
@@ -240,7 +245,7 @@ class ResidualController(PanelController):
                               comparison=None if other is None else other.curves.values,
                               comparison_label=("without" if settings["residual"] else "with") + " residual connections")
         if view == "norms":
-            current = result.version == self.ctx.session.version
+            current = measured_on is None or measured_on()
             if result.reference is not None and current:
                 x = [i / 2 for i in range(len(result.reference))]
                 self.view.set_reference(x, result.reference, result.reference_name)

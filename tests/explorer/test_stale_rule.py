@@ -1,0 +1,80 @@
+"""The one stale rule: a request carries the state it was computed for and the runner drops
+what arrives for a state that is gone; one helper gives debounce + one run in flight."""
+from __future__ import annotations
+
+from explorer.controllers.live import LiveRequest
+from explorer.workers import TaskRunner
+
+
+def _runner():
+    return TaskRunner()
+
+
+def _finish(qtbot, runner) -> None:
+    qtbot.waitUntil(lambda: not runner.busy, timeout=10_000)
+    runner.wait_all(2000)
+    runner.deleteLater()
+
+
+def test_a_result_for_a_state_that_is_gone_is_dropped_and_said(qtbot):
+    runner = _runner()
+    state = {"version": 1}
+    asked_at = state["version"]
+    got, dropped, finished = [], [], []
+
+    def work(token, progress):
+        state["version"] = 2  # the model swapped while it ran
+        return "computed for version 1"
+
+    runner.submit("k", work, current=lambda: state["version"] == asked_at, on_result=got.append,
+                  on_error=got.append, on_dropped=lambda: dropped.append(True), on_finished=lambda: finished.append(1))
+    _finish(qtbot, runner)
+    assert got == [] and dropped == [True] and finished == [1]
+
+
+def test_an_error_for_a_state_that_is_gone_is_dropped_too(qtbot):
+    runner = _runner()
+    errors, failed = [], []
+    runner.taskFailed.connect(lambda key, exc: failed.append(exc))
+
+    def work(token, progress):
+        raise ValueError("token 'x' is outside the OLD model's vocabulary")
+
+    runner.submit("k", work, current=lambda: False, on_error=errors.append)
+    _finish(qtbot, runner)
+    assert errors == [] and failed == []
+
+
+def test_a_current_result_is_delivered(qtbot):
+    runner = _runner()
+    got = []
+    runner.submit("k", lambda token, progress: 42, current=lambda: True, on_result=got.append)
+    _finish(qtbot, runner)
+    assert got == [42]
+
+
+def test_live_request_debounces_and_keeps_one_run_in_flight(qtbot):
+    starts, pending = [], []
+
+    def start(done) -> bool:
+        starts.append(len(starts))
+        pending.append(done)
+        return True
+
+    live = LiveRequest(start, debounce_ms=10)
+    for _ in range(5):  # a burst of keys
+        live.poke()
+    qtbot.waitUntil(lambda: starts == [0], timeout=2000)
+    live.now()  # a click while the run is in flight: remembered, not started
+    live.now()
+    assert starts == [0] and live.in_flight
+    pending.pop()()  # the run ends: exactly one more starts
+    assert starts == [0, 1]
+    pending.pop()()
+    assert starts == [0, 1] and not live.in_flight
+
+
+def test_live_request_with_nothing_to_run_is_not_in_flight():
+    live = LiveRequest(lambda done: False, debounce_ms=10)
+    live.now()
+    assert not live.in_flight
