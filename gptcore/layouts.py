@@ -20,6 +20,7 @@ from .checkpoints import LoadError, read_json, read_safetensors, read_sharded_in
 from .config import GPT2_VOCAB, ConfigError, GPTConfig
 
 GPTCORE_CKPT = "gptcore-ckpt-1"  # gptcore.training's own checkpoint format (training/checkpoint.py)
+GPTCORE_STEP = "gptcore-step-1"  # a training run's kept weights, config in the metadata (training/run.py)
 from .convert import ConversionError, config_from_hf, infer_config
 from .convert import convert_llama_state_dict
 from .hub import HUB_IDS, fetch, is_hub_id
@@ -167,6 +168,11 @@ def _config_from_hf_json(path: Path, hf: dict) -> tuple[GPTConfig, list[str]]:
 
 def _read_lone_safetensors(path: Path, n_head) -> RawCheckpoint:
     state = read_safetensors(path)
+    step = _gptcore_step(path, n_head)
+    if step is not None:
+        config, at = step
+        return RawCheckpoint(state, config, path, f"gptcore training run, step {at:,}", _display_name(path), [],
+                             "the file's metadata", provenance=of_training_dict({"step": at}))
     if is_book_state(state):
         return _read_book(path, state, n_head, "safetensors", UNKNOWN, [])
     config, warnings, heads = _infer(path, state, n_head)
@@ -244,6 +250,27 @@ def _read_gptcore_ckpt(path: Path, ckpt: dict, n_head) -> RawCheckpoint:
         raise LoadError(f"n_head={n_head} was given but {path} says n_head={config.n_head}; leave n_head out")
     return RawCheckpoint(state, config, path, "gptcore training ckpt", _display_name(path), [], "gpt_config",
                          detach=True, provenance=of_training_dict(ckpt))
+
+
+def _gptcore_step(path: Path, n_head) -> tuple[GPTConfig, int] | None:
+    """(config, step) of the weights a gptcore training run kept (steps/<scheme>/step_N.safetensors,
+    whose metadata holds the whole GPTConfig: the activation and the head count are in no shape),
+    or None for any other safetensors file."""
+    import json
+
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata() or {}
+    if meta.get("format") != GPTCORE_STEP:
+        return None
+    try:
+        config, step = GPTConfig.from_dict(json.loads(meta["config"])), int(meta["step"])
+    except (ConfigError, KeyError, TypeError, ValueError) as exc:
+        raise LoadError(f"{path}: its metadata cannot build a model ({exc}); the file is damaged") from None
+    if n_head is not None and n_head != config.n_head:
+        raise LoadError(f"n_head={n_head} was given but {path} says n_head={config.n_head}; leave n_head out")
+    return config, step
 
 
 def _infer(path: Path, state: dict, n_head) -> tuple[GPTConfig, list[str], str]:

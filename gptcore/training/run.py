@@ -19,7 +19,8 @@ panel, a terminal, a cluster job on a shared disk). Only rank 0 writes it. Layou
                         scheme, DIR/ckpt-<scheme>.pt (run.json's "checkpoints" maps them)
     DIR/steps/<scheme>/step_000500.safetensors
                         the weights alone at that step (our parameter names; a tied head stored
-                        once; metadata "config" = the GPTConfig as JSON), kept for scrubbing
+                        once; metadata "format": "gptcore-step-1", "config": the GPTConfig as JSON,
+                        "step", "scheme"), kept for scrubbing; `gptcore.load` opens them too
     DIR/probes/<scheme>/attention_000500.npy
                         the probe prompt's attention at that step, float16 (n_layer, n_head, T, T)
 
@@ -138,12 +139,14 @@ class RunFolder:
         """The weights alone (no optimizer), a tied head stored once; ~3 MB at the CPU recipe."""
         from safetensors.torch import save_file
 
+        from ..layouts import GPTCORE_STEP
+
         path = self.step_weights(scheme, step)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
         try:
-            save_file(unique_tensors(model), str(tmp),
-                      metadata={"config": json.dumps(model.config.to_dict()), "step": str(step), "scheme": scheme})
+            save_file(unique_tensors(model), str(tmp), metadata={
+                "format": GPTCORE_STEP, "config": json.dumps(model.config.to_dict()), "step": str(step), "scheme": scheme})
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)

@@ -84,6 +84,16 @@ def test_a_run_leaves_a_documented_folder_and_a_well_formed_trace(tmp_path, text
     assert ckpt["iter_num"] == 8
     assert torch.equal(model.state_dict()["blocks.0.attn.c_attn.weight"], state["blocks.0.attn.c_attn.weight"])
 
+    # gptcore.load opens a kept step by itself: the config (exact GELU, heads) from the file's metadata
+    from gptcore.loading import load
+
+    loaded, info = load(folder.step_weights("gpt2", 4))
+    assert loaded.config == folder.load_step("gpt2", 4).config and loaded.config.activation == "gelu"
+    x = torch.randint(0, loaded.config.vocab_size, (2, 16))
+    torch.testing.assert_close(loaded(x), folder.load_step("gpt2", 4)(x), rtol=0, atol=0)
+    assert info.describe()["format"] == "gptcore training run, step 4"
+    assert info.describe()["weights"].startswith("trained")
+
 
 def test_resume_continues_the_steps_and_equals_an_uninterrupted_run(tmp_path, text_file):
     straight, split = tmp_path / "straight", tmp_path / "split"
