@@ -70,6 +70,17 @@ def command_settings(values: dict) -> dict:
     return settings
 
 
+def run_form_values(meta: dict) -> dict:
+    """The form's values of the run described by `meta` (run.json)."""
+    values = {**(meta.get("model_config") or {}), **(meta.get("train_config") or {})}
+    values["probe_interval"] = meta.get("probe_interval", values.get("probe_interval"))
+    values["init"] = ",".join(meta.get("schemes") or ["gpt2"])
+    kind = (meta.get("tokenizer") or {}).get("kind")
+    if kind in ("char", "gpt2"):
+        values["tokenizer"] = kind
+    return values
+
+
 def induction_preset_available() -> bool:
     import importlib.util
 
@@ -202,6 +213,8 @@ class TrainController(PanelController):
         if self.follower is None or follower.root != self.follower.root:
             self.view.clear_run()
             self.shown, self.follow_session = None, False
+            if follower.meta is not None and not self.process.running:
+                self.view.form.set_values(run_form_values(follower.meta))  # Start runs the same again
         self.follower = follower
         self.view.set_message("")
         self.draw()
@@ -379,7 +392,7 @@ class TrainController(PanelController):
         if isinstance(event, ModelSwapped) and self.follower is not None:
             from ..training_models import is_run_model
 
-            if not is_run_model(event.new, self.follower.root):
+            if not is_run_model(event.new, self.follower.root) and (self.follow_session or self.shown):
                 self.follow_session, self.shown = False, None
                 self.view.set_shown_step("another model is loaded")
 

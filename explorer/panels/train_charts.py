@@ -31,6 +31,7 @@ def _plot(title: str, left: str, log_y: bool = False) -> pg.PlotWidget:
     p.setLabel("bottom", "step")
     p.setLabel("left", left)
     p.showGrid(x=True, y=True, alpha=0.25)
+    p.getAxis("left").enableAutoSIPrefix(False)  # "0.5", not "500 (x0.001)"
     p.setMenuEnabled(False)
     p.hideButtons()
     if log_y:
@@ -62,10 +63,10 @@ class TrainCharts(QWidget):
         self.icl_plot.setToolTip("Mean loss late in the context minus early (Olsson et al. 2022): below 0, the "
                                  "model predicts better with more context; an induction head forming shows as a drop")
         self.icl_plot.getPlotItem().addLine(y=0, pen=pg.mkPen("#9ca3af", style=Qt.PenStyle.DashLine))
-        grid.addWidget(self.loss_plot, 0, 0, 1, 2)
-        grid.addWidget(self.lr_plot, 0, 2)
+        grid.addWidget(self.loss_plot, 0, 0)
+        grid.addWidget(self.lr_plot, 0, 1)
+        grid.addWidget(self.icl_plot, 0, 2)
         grid.addWidget(self.grad_plot, 1, 0)
-        grid.addWidget(self.icl_plot, 1, 1)
 
         census = QWidget()
         box = QVBoxLayout(census)
@@ -92,10 +93,10 @@ class TrainCharts(QWidget):
             heatmap.setMinimumHeight(110)
             maps.addWidget(heatmap)
         box.addLayout(maps, 1)
-        grid.addWidget(census, 1, 2)
-        grid.setColumnStretch(0, 3)
+        grid.addWidget(census, 1, 1, 1, 2)  # the head maps get the width: they are what forms
+        grid.setColumnStretch(0, 4)
         grid.setColumnStretch(1, 3)
-        grid.setColumnStretch(2, 4)
+        grid.setColumnStretch(2, 3)
 
     # -- curves --------------------------------------------------------------------------------------
     def _curve(self, plot: pg.PlotWidget, key: tuple[str, str], colour: str, width: float = 1.5, name=None,
