@@ -159,25 +159,14 @@ class RunFolder:
         return sorted(found)
 
     def load_step(self, scheme: str, step: int, device="cpu"):
-        """A GPT with the weights of `scheme` at `step`, built from the config stored beside them."""
-        from safetensors import safe_open
-
-        from ..config import GPTConfig
-        from ..model import GPT
+        """A GPT with the weights of `scheme` at `step` (gptcore.load reads the config they carry)."""
+        from ..loading import load
 
         path = self.step_weights(scheme, step)
         if not path.is_file():
             kept = ", ".join(str(s) for s, _ in self.steps(scheme)) or "none"
             raise RunFolderError(f"{path.name}: no weights kept for {scheme} at step {step} (kept steps: {kept})")
-        with safe_open(str(path), framework="pt", device=str(device)) as f:
-            config = GPTConfig.from_dict(json.loads(f.metadata()["config"]))
-            state = {name: f.get_tensor(name) for name in f.keys()}
-        model = GPT.empty(config, device=device)
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        shared = {"unembed.weight"} if config.tie_weights else set()
-        if set(missing) - shared or unexpected:
-            raise RunFolderError(f"{path}: weights do not match the stored config (missing {missing[:3]}, "
-                                 f"unexpected {unexpected[:3]}); the file is damaged")
+        model, _ = load(path, device=device)
         return model.eval()
 
     # -- probe side files ------------------------------------------------------------------------

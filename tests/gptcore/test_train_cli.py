@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from gptcore.train import main
-from gptcore.training.run import RunFolder
+from gptcore.training.run import RunFolder, RunFolderError
 from gptcore.training.trace import TraceReader, read_trace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,11 +88,12 @@ def test_a_run_leaves_a_documented_folder_and_a_well_formed_trace(tmp_path, text
     from gptcore.loading import load
 
     loaded, info = load(folder.step_weights("gpt2", 4))
-    assert loaded.config == folder.load_step("gpt2", 4).config and loaded.config.activation == "gelu"
-    x = torch.randint(0, loaded.config.vocab_size, (2, 16))
-    torch.testing.assert_close(loaded(x), folder.load_step("gpt2", 4)(x), rtol=0, atol=0)
+    assert loaded.config.activation == "gelu" and loaded.config.n_head == 2 and loaded.unembed.weight is loaded.embed.weight
     assert info.describe()["format"] == "gptcore training run, step 4"
     assert info.describe()["weights"].startswith("trained")
+    assert load(folder.step_weights("gpt2", 0))[1].describe()["weights"].startswith("untrained")
+    with pytest.raises(RunFolderError, match="kept steps: 0, 4, 8"):
+        folder.load_step("gpt2", 5)
 
 
 def test_resume_continues_the_steps_and_equals_an_uninterrupted_run(tmp_path, text_file):
