@@ -124,7 +124,7 @@ class _Runs:
         hooks are attached to the model (an ablation may depend on absolute positions,
         which a run that starts mid-prompt would shift), or when little is shared."""
         model, d = self.model, self.first_diff
-        if d < 2 or d >= self.T or any(hp._forward_hooks for hp in model.hook_dict.values()):
+        if d < 2 or d >= self.T or any(hp.active for hp in model.hook_dict.values()):
             return
         from .model import KVCache
 

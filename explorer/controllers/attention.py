@@ -190,8 +190,7 @@ class AttentionController(PanelController):
     def _on_error(self, exc: BaseException) -> None:
         """The last good picture (same model, an earlier text) stays under the error; a model
         swap has already cleared anything older (invalidate)."""
-        expl = self.report_error(exc, "Attention failed")
-        self.view.set_error(expl.message.split("\n\n")[0] if expl.input_problem else f"{expl.title}: {exc}")
+        self.view.set_error(self.report_error(exc, "Attention failed").inline)
 
     # -- export ----------------------------------------------------------------------------
     def export_npz(self, path: str) -> None:
@@ -226,7 +225,7 @@ class AttentionController(PanelController):
             elif not (self.view.export_grid_png(path) if kind == "grid-png" else self.view.export_head_png(path)):
                 raise OSError(f"could not write {path}; pick a folder you can write to")
         except (OSError, ValueError) as exc:
-            self.view.set_error(self.report_error(exc, "Export failed").message)
+            self.view.set_error(self.report_error(exc, "Export failed").inline)
             return
         self.ctx.show_message(f"Exported {path}", 5000)
 

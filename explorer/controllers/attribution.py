@@ -130,8 +130,7 @@ class AttributionController(PanelController):
 
     def _show_error(self, title: str, exc: BaseException, patching: bool = False) -> None:
         """The one error path: an input problem stays in the panel; a bug also opens the dialog."""
-        expl = self.report_error(exc, title)
-        message = expl.message.split("\n\n")[0] if expl.input_problem else f"{expl.title}: {exc}"
+        message = self.report_error(exc, title).inline
         if patching:
             self.panel.set_patch_message(message, error=True)
         else:
@@ -300,7 +299,7 @@ class AttributionController(PanelController):
             if not self.panel.export(key, fmt, path, self.export_meta(key)):
                 raise OSError(f"could not write {path}; pick a folder you can write to")
         except OSError as exc:
-            self.panel.set_message(self.report_error(exc, "Export failed").message)
+            self.panel.set_message(self.report_error(exc, "Export failed").inline)
             return
         self.ctx.show_message(f"Exported {path}", 5000)
 

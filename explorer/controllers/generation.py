@@ -157,8 +157,7 @@ class GenerationController(PanelController):
 
     def _on_logits_error(self, exc: BaseException) -> None:
         self.logits = None
-        expl = self.report_error(exc, "Next-token distribution")
-        detail = expl.message.split("\n\n")[0] if expl.input_problem else f"{expl.title}: {exc}"
+        detail = self.report_error(exc, "Next-token distribution").inline
         self._show_problem(f"Cannot compute the distribution: {detail}")
 
     def redraw_distribution(self) -> None:
@@ -169,8 +168,7 @@ class GenerationController(PanelController):
         try:
             dist = self.session.distribution(self.logits, **{k: settings[k] for k in SHAPING_SETTINGS})
         except (ValueError, RuntimeError) as exc:  # NaN logits (GenerationError), impossible settings
-            expl = self.report_error(exc, "Next-token distribution")
-            self._show_problem(expl.message.split("\n\n")[0] if expl.input_problem else f"{expl.title}: {exc}")
+            self._show_problem(self.report_error(exc, "Next-token distribution").inline)
             return
         self.distribution = dist
         self._drawn = True

@@ -266,8 +266,7 @@ class ResidualController(PanelController):
         self.view.set_busy(False)
 
     def _on_error(self, exc: BaseException) -> None:
-        expl = self.report_error(exc, "Residual measurement failed")
-        text = expl.message.split("\n\n")[0] if expl.input_problem else f"{expl.title}: {type(exc).__name__}: {exc}"
+        text = self.report_error(exc, "Residual measurement failed").inline
         self._set_status(self.view.current_view, f"⚠ {text}")
 
     # -- export -------------------------------------------------------------------------------
@@ -289,7 +288,7 @@ class ResidualController(PanelController):
             else:
                 self.view.export_image(path)
         except (OSError, ValueError) as exc:
-            self.view.set_status(f"⚠ could not export: {self.report_error(exc, 'Export failed').message.splitlines()[0]}")
+            self.view.set_status(f"⚠ could not export: {self.report_error(exc, 'Export failed').inline}")
             return
         self.view.set_status(f"Saved {os.path.basename(path)}")
         self.ctx.show_message(f"Saved {path}", 5000)
