@@ -202,3 +202,57 @@ def read_trace(path) -> list[dict]:
     while batch := reader.poll():  # a damaged line: the poll after the good records raises
         records += batch
     return records
+
+
+# -- `python -m gptcore.training.trace DIR`: follow a run from a terminal ---------------------------
+def describe(record: dict) -> str | None:
+    """One line for a record worth a line (train records only every 100 steps), else None."""
+    kind, step, scheme = record["kind"], record.get("step"), record.get("scheme", "")
+    if kind == "train":
+        return None if step % 100 else f"step {step:>7}  {scheme}  loss {_num(record.get('loss'))}  lr {_num(record.get('lr'), '.2e')}"
+    if kind == "eval":
+        return f"step {step:>7}  {scheme}  eval  train {_num(record.get('train'))}  val {_num(record.get('val'))}"
+    if kind == "probe":
+        icl = (record.get("icl") or {}).get("score")
+        sample = (record.get("sample") or {}).get("text", "")
+        return f"step {step:>7}  {scheme}  probe  icl {_num(icl)}  sample {sample[:40]!r}"
+    if kind == "checkpoint":
+        return f"step {step:>7}  {scheme}  saved {record.get('path') or record.get('latest')}"
+    fields = ", ".join(f"{k}={v}" for k, v in record.items() if k not in ("kind", "time"))
+    return f"{kind}: {fields}"
+
+
+def _num(value, fmt: str = ".4f") -> str:
+    return "?" if value is None else format(value, fmt)
+
+
+def main(argv=None) -> int:
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(prog="python -m gptcore.training.trace",
+                                description="Follow a run folder's trace (a run on this machine or a shared disk).")
+    p.add_argument("run_dir", help="the --out_dir of `python -m gptcore.train`")
+    p.add_argument("--no-follow", action="store_true", help="print what is there and exit")
+    args = p.parse_args(argv)
+    path = Path(args.run_dir) / "trace.jsonl"
+    if not path.is_file():
+        print(f"error: {path} does not exist; give the --out_dir of a run that has started", file=sys.stderr)
+        return 2
+    reader = TraceReader(path)
+    records = reader.poll() if args.no_follow else reader.follow()
+    try:
+        for record in records:
+            line = describe(record)
+            if line:
+                print(line, flush=True)
+    except TraceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -154,3 +154,21 @@ def test_icl_positions_scale_with_the_context():
     early, late = icl_positions(1024)
     assert early.start < 102 < early.stop and late.stop == 1024 and len(late) == 128
     assert icl_positions(7) == (range(0), range(0))
+
+
+def test_the_terminal_follower_prints_evals_probes_and_the_end(tmp_path, capsys):
+    from gptcore.training.trace import main
+
+    with TraceWriter(tmp_path / "trace.jsonl") as w:
+        w.write("start", step=0, schemes=["gpt2"])
+        for step in range(201):
+            w.write("train", scheme="gpt2", step=step, loss=2.0, lr=1e-3)
+        w.write("eval", scheme="gpt2", step=201, train=1.9, val=float("nan"))
+        w.write("probe", scheme="gpt2", step=201, icl={"score": -0.25}, sample={"text": "hello"})
+        w.write("done", step=201, reason="max_iters")
+    assert main([str(tmp_path)]) == 0  # follows until the run's end record
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[1] for line in lines if line.startswith("step")] == ["0", "100", "200", "201", "201"]
+    assert "val ?" in lines[-3] and "icl -0.2500" in lines[-2] and lines[-1] == "done: step=201, reason=max_iters"
+    assert main([str(tmp_path / "nowhere")]) == 2
+    assert "give the --out_dir of a run" in capsys.readouterr().err
