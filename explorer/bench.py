@@ -203,6 +203,10 @@ def main(argv=None) -> int:
     p.add_argument("--crop-step", type=int, default=0,
                    help="past block_size, drop this many tokens at a time (0: the app's block_size/8; 1: exact crop)")
     p.add_argument("--json", action="store_true", help="print one JSON list instead of text")
+    p.add_argument("--train", action="store_true",
+                   help="keystrokes and training it/s alone and together (explorer/bench_training.py)")
+    p.add_argument("--train-threads", default="1,2", help="with --train: the training child's thread counts to try")
+    p.add_argument("--seconds", type=float, default=30.0, help="with --train: seconds each training rate is measured")
     args = p.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -233,6 +237,16 @@ def main(argv=None) -> int:
         f"on {os.cpu_count()} CPUs")
     runner = TaskRunner()
     rows = []
+    if args.train:
+        from .bench_training import run as bench_training
+
+        threads = [int(x) for x in args.train_threads.split(",") if x.strip()]
+        rows.append(bench_training(app, session, runner, int(args.tokens.split(",")[0]), args.edits, threads,
+                                   args.seconds, bench_attention, say=say))
+        if args.json:
+            print(json.dumps(rows))
+        runner.wait_all(5000)
+        return 0
     for n in [int(x) for x in args.tokens.split(",") if x.strip()]:
         row = bench_attention(app, session, runner, n, args.edits, recompute=not args.no_recompute)
         rows.append(row)

@@ -210,3 +210,17 @@ def test_train_this_config_in_the_config_panel_fills_the_train_form(qtbot, windo
     values = window.panel("train").controller.view.form.values()
     assert (values["n_layer"], values["n_embd"], values["n_head"]) == (3, 48, 3)
     assert "model from the Config panel: 3 layers × 48 wide" in window.panel("train").controller.view.status_label.text()
+
+
+def test_the_training_bench_reads_iterations_per_second_from_the_trace(tmp_path):
+    from explorer.bench_training import rate_between
+    from gptcore.training.trace import TraceWriter
+
+    with TraceWriter(tmp_path / "trace.jsonl") as w:
+        w.write("start", run="x", schemes=["gpt2"], step=0, max_iters=10, resumed=False, world_size=1)
+    lines = [json.dumps({"kind": "train", "time": 100.0 + 0.5 * i, "step": i, "scheme": "gpt2"}) for i in range(11)]
+    with open(tmp_path / "trace.jsonl", "a") as f:
+        f.write("\n".join(lines) + "\n")
+    assert rate_between(tmp_path, 100.0, 105.0) == pytest.approx(2.0)  # one step every 0.5 s
+    assert rate_between(tmp_path, 101.0, 102.0) == pytest.approx(2.0)
+    assert np.isnan(rate_between(tmp_path, 200.0, 300.0))  # no steps there: unknown, not zero
