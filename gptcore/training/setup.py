@@ -143,13 +143,15 @@ def finish_distributed() -> None:
 # -- memory ----------------------------------------------------------------------------------------
 def training_memory(model: GPTConfig, train: TrainConfig, n_schemes: int) -> int:
     """Bytes one process needs, roughly: weights + gradients + Adam's two moments per scheme (fp32,
-    params.py), plus one micro-batch's activations (Korthikanti et al. 2022: s·b·h·(34 + 5·a·s/h)
-    bytes per layer at 16 bits; doubled in fp32) and the logits with their gradient."""
+    params.py), plus one micro-batch's activations (Korthikanti et al. 2022: s·b·h·34 bytes per
+    layer at 16 bits, doubled in fp32; their 5·a·s²·b term for the stored attention scores is left
+    out because training runs the fused attention kernel, which never keeps the (T, T) scores) and
+    the logits with their gradient. "auto" counts as float32: an estimate that errs high."""
     from ..params import count_parameters
 
-    b, s, h, a = train.batch_size, model.block_size, model.n_embd, model.n_head
+    b, s, h = train.batch_size, model.block_size, model.n_embd
     act_scale = 1.0 if train.dtype in ("bfloat16", "float16") else 2.0
-    activations = s * b * h * (34 + 5 * a * s / h) * model.n_layer * act_scale
+    activations = s * b * h * 34 * model.n_layer * act_scale
     logits = 3 * b * s * model.vocab_size * 4  # logits, softmax, their gradient (fp32)
     return int(n_schemes * count_parameters(model).training_bytes("fp32") + activations + logits)
 
