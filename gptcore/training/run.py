@@ -132,6 +132,11 @@ class RunFolder:
         if meta.get("version", 0) > RUN_VERSION:
             raise RunFolderError(f"{self.run_json} has format version {meta['version']}, newer than this gptcore "
                                  f"reads ({RUN_VERSION}); update gptcore")
+        shapes = {"schemes": list, "train_config": dict, "model_config": dict, "corpus": dict, "tokenizer": dict}
+        wrong = [key for key, kind in shapes.items() if not isinstance(meta.get(key), kind)]
+        if wrong:
+            raise RunFolderError(f"{self.run_json} lacks {', '.join(wrong)} (or they are damaged); the run cannot be "
+                                 f"read or resumed")
         return meta
 
     # -- weights kept per step ------------------------------------------------------------------

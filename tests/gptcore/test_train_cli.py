@@ -237,6 +237,11 @@ def test_bad_data_and_folders_are_named(tmp_path, text_file, capsys):
     assert "no such file" in capsys.readouterr().err
     assert main([f"--out_dir={tmp_path / 'nothing'}", "--resume"]) == 2
     assert "is not a run folder" in capsys.readouterr().err
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / "run.json").write_text('{"format": "gptcore-run", "version": 1, "schemes": "gpt2"}')
+    assert main([f"--out_dir={damaged}", "--resume"]) == 2
+    assert "lacks schemes, train_config, model_config, corpus, tokenizer" in capsys.readouterr().err
 
     out = tmp_path / "once"
     assert train(out, text_file, "--max_iters=1", "--probe_interval=0") == 0
