@@ -58,8 +58,6 @@ class _PanelSlot(QWidget):
             self.panel = self.spec.build(ctx)
             self._stack.addWidget(self.panel)
             self._stack.setCurrentWidget(self.panel)
-            if ctx.prompt:
-                self.panel.set_prompt(ctx.prompt)
         return self.panel
 
 
@@ -147,6 +145,8 @@ class MainWindow(ModelLoading, QMainWindow):
         self.actions["open_run"] = self._action(
             file_menu, "Open &run…", lambda: self.open_run(), "Ctrl+Shift+R", "open",
             "Follow or replay a training run folder (the --out_dir of python -m gptcore.train)")
+        self.recent_runs_menu = file_menu.addMenu("Recent r&uns")
+        self.recent_runs_menu.aboutToShow.connect(self._fill_recent_runs)
         self.actions["new_model"] = self._action(
             file_menu, "&New model from config", self.new_model_from_config, "Ctrl+N", "build",
             "Edit a config in the Config panel and build it")
@@ -188,6 +188,15 @@ class MainWindow(ModelLoading, QMainWindow):
         page = self.show_panel("train")
         if page is not None:
             page.controller.open_run(path) if path else page.controller.open_run_dialog()
+
+    def _fill_recent_runs(self) -> None:
+        from .training_follow import recent_runs
+
+        self.recent_runs_menu.clear()
+        for path in recent_runs(self.settings):
+            self.recent_runs_menu.addAction(path, lambda p=path: self.open_run(p))
+        if self.recent_runs_menu.isEmpty():
+            self.recent_runs_menu.addAction("(no runs yet)").setEnabled(False)
 
     def open_train(self, model_config: dict) -> None:
         """The Config panel's "Train this config…": the Train panel with that model shape."""
@@ -237,11 +246,9 @@ class MainWindow(ModelLoading, QMainWindow):
 
     def reset_ablation(self) -> None:
         """The status bar's Reset: the model without ablation, for every panel."""
-        session = self.session
-        if session is None or not session.ablation.active:
-            return
-        self.runner.submit("ablation", lambda token, progress: session.clear_ablation(),
-                           on_error=lambda exc: self.ctx.report_error(exc, "Reset ablation failed", inline=False))
+        if self.session is not None and self.session.ablation.active:
+            self.ctx.change_ablation(lambda session: session.clear_ablation(), on_error=lambda exc: self.ctx.report_error(
+                exc, "Reset ablation failed", inline=False))
 
     def _show_session(self) -> None:
         """Status bar, banner and title for the session's model; the panel in view built."""

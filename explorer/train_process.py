@@ -109,6 +109,16 @@ class TrainProcess(QObject):
         if error == QProcess.ProcessError.FailedToStart and self._proc is not None:
             self.tail.append(f"could not start {self.python}: {self._proc.errorString()}")
 
+    def rss_bytes(self) -> int:
+        """The child's resident memory (Linux /proc; 0 where unknown or not running)."""
+        if not self.running:
+            return 0
+        try:
+            with open(f"/proc/{self.pid}/statm", encoding="ascii") as fh:
+                return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            return 0
+
     # -- control ------------------------------------------------------------------------------------
     @staticmethod
     def can_pause() -> bool:

@@ -221,6 +221,25 @@ class RunFollower:
         return f"{words}{tail} · {where} · {self.corpus_label()} · {self.folder.root}"
 
 
+RECENT_RUNS_KEY = "train/recent_runs"  # QSettings key: run folders, latest first (File → Recent runs)
+RECENT_RUNS_MAX = 8
+
+
+def recent_runs(settings) -> list[str]:
+    """Run folders followed lately that still exist, latest first ([] without settings)."""
+    if settings is None:
+        return []
+    value = settings.value(RECENT_RUNS_KEY, []) or []
+    value = [value] if isinstance(value, str) else list(value)
+    return [str(p) for p in value if Path(str(p)).is_dir()][:RECENT_RUNS_MAX]
+
+
+def remember_run(settings, root) -> None:
+    if settings is not None:
+        root = str(Path(root))
+        settings.setValue(RECENT_RUNS_KEY, [root, *[p for p in recent_runs(settings) if p != root]][:RECENT_RUNS_MAX])
+
+
 def default_runs_dir() -> Path:
     """Where the panel puts new runs: the user's data folder / runs."""
     import platformdirs

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import QFileDialog
 from ..panels.train_panel import TrainPanel
 from ..session_events import ModelSwapped
 from ..train_process import TrainProcess
-from ..training_follow import RunFollower, RunFollowError, new_run_dir
+from ..training_follow import RunFollower, RunFollowError, new_run_dir, remember_run
 from .base import PanelController
 
 POLL_MS = 500
@@ -216,6 +216,7 @@ class TrainController(PanelController):
             if follower.meta is not None and not self.process.running:
                 self.view.form.set_values(run_form_values(follower.meta))  # Start runs the same again
         self.follower = follower
+        remember_run(self.ctx.settings, follower.root)
         self.view.set_message("")
         self.draw()
         self.timer.start()
@@ -269,7 +270,8 @@ class TrainController(PanelController):
         if left and f.state == "running":
             rate += f" · ETA {_duration(left)}"
         if self.process.running:
-            rate += f" · child pid {self.process.pid}"
+            rss = self.process.rss_bytes()
+            rate += f" · child {rss / 2**20:,.0f} MiB" if rss else f" · child pid {self.process.pid}"
         view.set_progress(f.step, f.max_iters, rate, {"running": "", "waiting": "starting"}.get(f.state, f.state))
         view.set_status(f.describe())
         kept = f.kept_steps(scheme)

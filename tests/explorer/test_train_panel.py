@@ -224,3 +224,21 @@ def test_the_training_bench_reads_iterations_per_second_from_the_trace(tmp_path)
     assert rate_between(tmp_path, 100.0, 105.0) == pytest.approx(2.0)  # one step every 0.5 s
     assert rate_between(tmp_path, 101.0, 102.0) == pytest.approx(2.0)
     assert np.isnan(rate_between(tmp_path, 200.0, 300.0))  # no steps there: unknown, not zero
+
+
+def test_an_opened_run_is_listed_in_file_recent_runs_and_reopens_from_there(qtbot, window, tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    _fake_run(first)
+    _fake_run(second)
+    window.open_run(str(first))
+    c = window.panel("train").controller
+    qtbot.waitUntil(lambda: c.follower is not None and c.follower.kept_steps("gpt2") == [0, 10, 20], timeout=60_000)
+    window.open_run(str(second))
+    qtbot.waitUntil(lambda: c.follower.root == second, timeout=60_000)
+    window._fill_recent_runs()
+    listed = [a.text() for a in window.recent_runs_menu.actions()]
+    assert listed == [str(second), str(first)]  # latest first
+    window.recent_runs_menu.actions()[1].trigger()
+    qtbot.waitUntil(lambda: c.follower.root == first, timeout=60_000)
+    # The form took the run's settings (Start would train the same again).
+    assert c.view.form.values()["n_embd"] == 16 and c.view.form.values()["init"] == "gpt2"
