@@ -97,12 +97,24 @@ def test_a_run_started_in_the_panel_is_followed_scrubbed_into_every_panel_and_st
     assert c.view.form.start_button.isEnabled() and not c.view.form.stop_button.isEnabled()
 
 
-def test_quitting_during_a_run_leaves_no_child_process(qtbot, window):
+def _proc_state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(")")[-1].split()[0]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads process states from Linux /proc")
+def test_pause_resume_and_quitting_while_paused_leaves_no_child_process(qtbot, window):
     c = _train_page(window)
     c.start_with(dict(TINY, max_iters=100_000))
     pid = c.process.pid
     assert _pid_alive(pid)
     qtbot.waitUntil(lambda: c.follower.state == "running", timeout=WAIT_MS)
+    form = c.view.form
+    form.pause_button.click()
+    assert _proc_state(pid) == "T" and form.pause_button.text() == "Resume"
+    form.pause_button.click()
+    assert _proc_state(pid) != "T" and form.pause_button.text() == "Pause"
+    form.pause_button.click()  # paused again: quitting must still end it (SIGCONT, then SIGTERM)
     window.close()
     assert not _pid_alive(pid)
 
