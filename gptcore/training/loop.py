@@ -206,7 +206,7 @@ class TrainingRun:
         dt = time.perf_counter() - t0
         self.writer.write("train", scheme=scheme, step=trainer.iter_num - 1, loss=loss, lr=trainer.last_lr,
                           grad_norm=trainer.last_grad_norm, grad_norms=trainer.last_grad_norms,
-                          tokens_per_s=round(tokens / dt, 1), dt=round(dt, 5))
+                          tokens_per_s=round(tokens / dt, 1), dt=round(dt, 5), memory_mb=peak_memory_mb(trainer.device))
         return loss
 
     def _agree_stop(self, started: float) -> str | None:
@@ -256,9 +256,10 @@ class TrainingRun:
             eta = min(eta, max(0.0, self.plan.max_time - elapsed))
         shown = "  ".join(f"{s} {v:.4f}" for s, v in losses.items() if v is not None)
         lr = next(iter(self.trainers.values())).last_lr if self.trainers else float("nan")
+        device = next(iter(self.trainers.values())).device if self.trainers else torch.device("cpu")
         self.say(f"iter {it}/{self.cfg.max_iters}  {shown}  lr {lr:.2e}  "
-                 f"{tokens * len(losses) / per_iter:,.0f} tok/s  {per_iter * 1000:.1f} ms/it  ETA {_duration(eta)}",
-                 flush=True)
+                 f"{tokens * len(losses) / per_iter:,.0f} tok/s  {per_iter * 1000:.1f} ms/it  "
+                 f"mem {peak_memory_mb(device):,.0f} MB  ETA {_duration(eta)}", flush=True)
 
     def _finish(self, it: int, stop: str | None) -> int:
         if stop in ("SIGINT", "SIGTERM"):
@@ -278,6 +279,18 @@ class TrainingRun:
         self.writer.write("error", step=it, message=message)
         print(f"error: {message}", file=sys.stderr)
         return EXIT_FAILED
+
+
+def peak_memory_mb(device) -> float:
+    """The most memory this process has held so far: CUDA's peak allocation on a GPU, else the peak
+    resident set size (Linux reports it in KiB, macOS in bytes)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (2**20 if sys.platform == "darwin" else 2**10), 1)
 
 
 def _saved_vocab(folder: Path):

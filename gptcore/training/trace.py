@@ -15,7 +15,8 @@ non-finite number is written as null):
     train          {"scheme", "step": index of the optimizer step (0-based, run on the weights of step
                     "step"), "loss", "lr", "grad_norm": global norm before clipping, "grad_norms":
                     {"embed": .., "pos_embed": .., "blocks.0": .., ..., "ln_final": ..} per part,
-                    "tokens_per_s", "dt": seconds of this scheme's step}
+                    "tokens_per_s", "dt": seconds of this scheme's step, "memory_mb": the process's
+                    peak memory so far (CUDA: allocated on the GPU; else resident set size)}
     eval           {"scheme", "step": optimizer steps done (0 = the initialisation), "train": loss,
                     "val": loss}  (mean over eval_iters batches each; probe and checkpoint count alike)
     probe          {"scheme", "step", "census": {score name: [[layer][head]]}, "residual": {"labels",

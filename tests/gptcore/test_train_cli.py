@@ -48,7 +48,8 @@ def test_a_run_leaves_a_documented_folder_and_a_well_formed_trace(tmp_path, text
     out = tmp_path / "run"
     assert train(out, text_file, "--max_iters=8") == 0
     progress = [line for line in capsys.readouterr().out.splitlines() if line.startswith("iter ")]
-    assert len(progress) == 4 and all("tok/s" in line and "ETA" in line and "gpt2 " in line for line in progress)
+    assert len(progress) == 4 and all("tok/s" in line and "ETA" in line and "gpt2 " in line and " MB" in line
+                                      for line in progress)
     folder = RunFolder(out)
     meta = folder.read_meta()
     assert meta["schemes"] == ["gpt2"] and meta["model_config"]["n_embd"] == 16
@@ -66,6 +67,7 @@ def test_a_run_leaves_a_documented_folder_and_a_well_formed_trace(tmp_path, text
     first = next(r for r in records if r["kind"] == "train")
     assert set(first["grad_norms"]) == {"embed", "pos_embed", "blocks.0", "ln_final"}
     assert first["loss"] > 0 and first["lr"] > 0 and first["tokens_per_s"] > 0
+    assert 50 < first["memory_mb"] < 100_000  # this process holds torch: tens of MB at least
 
     probe = next(r for r in records if r["kind"] == "probe" and r["step"] == 8)
     assert np.asarray(probe["census"]["previous_token"]).shape == (1, 2)
