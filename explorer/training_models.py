@@ -86,12 +86,28 @@ def show_step(session, root, scheme: str, step: int, weights: Path, name: str, c
         state = {k: v.to(session.model.device) for k, v in state.items()}
         version = session.show_training_step(state, step, name=name)
         return StepShown(str(root), scheme, step, name, version, swapped=False)
-    model = RunFolder(root).load_step(scheme, step, device=str(session.device))
+    model = _build(config, state, session.device, weights)
     meta = RunFolder(root).read_meta()
     tokenizer, tokenizer_name = run_tokenizer(root, meta)
     session.adopt(model, name=name, source=source, tokenizer=tokenizer, tokenizer_name=tokenizer_name,
                   trained=bool(step), provenance=f"weights of step {step:,} of the training run in {root}")
     return StepShown(str(root), scheme, step, name, session.version, swapped=True)
+
+
+def _build(config, state: dict, device, weights: Path):
+    """A GPT of the config the step file carries, with its weights. Built from that config, never
+    from the tensors' shapes: a shape cannot tell 4 heads of 32 from 2 of 64."""
+    from gptcore.model import GPT
+    from gptcore.training.run import RunFolderError
+
+    model = GPT.empty(config, device=device)
+    missing, unexpected = model.load_state_dict({k: v.to(device) for k, v in state.items()}, strict=False)
+    shared = {"unembed.weight"} if config.tie_weights else set()
+    if set(missing) - shared or unexpected:
+        raise RunFolderError(f"{weights}: the weights do not match the config stored with them (missing "
+                             f"{sorted(set(missing) - shared)[:3]}, unexpected {unexpected[:3]}); the file is damaged")
+    model.tie_weights()
+    return model.eval()
 
 
 def is_run_model(info, root) -> bool:

@@ -14,7 +14,7 @@ import torch
 from explorer.controllers.train import command_settings
 from explorer.training_follow import RunFollower, RunFollowError
 
-TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, max_iters=40, eval_interval=10, eval_iters=2,
+TINY = dict(n_layer=1, n_head=4, n_embd=32, block_size=32, max_iters=40, eval_interval=10, eval_iters=2,
             batch_size=4, probe_interval=20, warmup_iters=5, lr_decay_iters=40, init="gpt2")
 WAIT_MS = 240_000  # a child importing torch on a loaded 2-core machine: generous, never a timing assertion
 
@@ -70,6 +70,7 @@ def test_a_run_started_in_the_panel_is_followed_scrubbed_into_every_panel_and_st
     c.view.choose_step(0)
     qtbot.waitUntil(lambda: "step 0 of 4,000" in session.info.name, timeout=WAIT_MS)
     assert session.config.n_embd == 32 and session.config.vocab_size < 200
+    assert session.config.n_head == 4  # the run's head count, not one guessed from the tensors' shapes
     expected = _step_weights(f.root, 0)
     assert torch.equal(session.model.state_dict()["blocks.0.attn.c_attn.weight"],
                        expected["blocks.0.attn.c_attn.weight"])
