@@ -172,3 +172,30 @@ def test_the_terminal_follower_prints_evals_probes_and_the_end(tmp_path, capsys)
     assert "val ?" in lines[-3] and "icl -0.2500" in lines[-2] and lines[-1] == "done: step=201, reason=max_iters"
     assert main([str(tmp_path / "nowhere")]) == 2
     assert "give the --out_dir of a run" in capsys.readouterr().err
+
+
+def test_the_icl_score_is_late_loss_minus_early_loss(tmp_path):
+    """A stand-in model that predicts the second half of every window perfectly and knows nothing in
+    the first half: the score is the late loss (about 0) minus the early loss (log V), negative."""
+    import numpy as np
+    import torch
+
+    from gptcore.training.data import corpus_from_text
+    from gptcore.training.recorder import Recorder
+    from gptcore.training.run import RunFolder
+
+    rng = np.random.default_rng(0)
+    corpus = corpus_from_text("".join(rng.choice(list("abcdefgh"), 4000)), "letters", "char", "test")
+    recorder = Recorder(RunFolder(tmp_path), corpus, block_size=64, seed=0)
+    V = corpus.vocab_size
+
+    class KnowsTheLateHalf(torch.nn.Module):
+        def forward(self, x):  # (R, T) -> (R, T, V)
+            logits = torch.zeros(*x.shape, V)
+            logits[:, 32:] = 30.0 * torch.nn.functional.one_hot(recorder.icl_y[:, 32:], V)
+            return logits
+
+    icl = recorder._icl(KnowsTheLateHalf(), "cpu")
+    assert icl["early"] == pytest.approx(math.log(V), abs=1e-3) and icl["late"] == pytest.approx(0.0, abs=1e-3)
+    assert icl["score"] == pytest.approx(-math.log(V), abs=1e-3)
+    assert icl["windows"] == 64 and len(icl["loss_by_position"]["loss"]) == 64
