@@ -29,8 +29,6 @@ from PySide6.QtWidgets import QFileDialog, QProgressDialog
 from .errors import log_exception
 from gptcore.errors import is_cancellation as _cancelled
 
-from gptcore.head_count import HeadCountNeeded
-
 from .workers import MODEL_TASK
 
 if TYPE_CHECKING:
@@ -77,6 +75,8 @@ class ModelLoading:
         title = f"Loading {source}"
 
         def failed(exc: BaseException) -> None:
+            from gptcore.head_count import HeadCountNeeded  # here: gptcore.checkpoints imports torch
+
             if _cancelled(exc):
                 return
             if isinstance(exc, HeadCountNeeded) and self.ask_head_count:
