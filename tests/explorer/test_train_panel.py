@@ -261,3 +261,15 @@ def test_an_opened_run_is_listed_in_file_recent_runs_and_reopens_from_there(qtbo
     qtbot.waitUntil(lambda: c.follower.root == first, timeout=60_000)
     # The form took the run's settings (Start would train the same again).
     assert c.view.form.values()["n_embd"] == 16 and c.view.form.values()["init"] == "gpt2"
+
+
+def test_a_run_the_training_refuses_shows_its_reason_in_the_panel(qtbot, window, tmp_path):
+    short = tmp_path / "short.txt"
+    short.write_text("too short for a block of 32\\n", encoding="utf-8")
+    c = _train_page(window)
+    c.start_with(dict(TINY, corpus="file", path=str(short)))
+    qtbot.waitUntil(lambda: not c.process.running, timeout=WAIT_MS)
+    text = c.view.message_label.text()
+    assert "exit status 2" in text and "block_size" in text, text  # gptcore.train's own words, no traceback
+    assert "Traceback" not in text
+    assert c.view.form.start_button.isEnabled() and not c.timer.isActive()
