@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("explorer")
 
+ABLATION_TASK = "ablation"  # the runner key of every ablation change
+
 
 class WindowServices(Protocol):
     """What the main window offers panels (MainWindow implements it)."""
@@ -99,6 +101,16 @@ class PanelContext:
             heading = expl.title if isinstance(exc, BaseException) else title
             self.window.show_error_dialog(heading, f"{expl.message}\n\n{after}" if after else expl.message)
         return expl
+
+    def change_ablation(self, change, on_error) -> None:
+        """THE way to change the session's ablation (a Shift+click in Attention, a click in
+        Attribution, the status bar's Reset): `change(session)` runs on the compute thread
+        (mean ablation runs the sample prompts) under one key, so a newer change supersedes an
+        older one; the session announces the outcome (AblationChanged) to every view."""
+        session = self.session
+        if session is None or not session.has_model:
+            return
+        self.runner.submit(ABLATION_TASK, lambda token, progress: change(session), on_error=on_error)
 
     def show_message(self, text: str, timeout_ms: int = 5000) -> None:
         """A transient line in the status bar (the log when there is no window)."""

@@ -58,8 +58,6 @@ class _PanelSlot(QWidget):
             self.panel = self.spec.build(ctx)
             self._stack.addWidget(self.panel)
             self._stack.setCurrentWidget(self.panel)
-            if ctx.prompt:
-                self.panel.set_prompt(ctx.prompt)
         return self.panel
 
 
@@ -248,11 +246,9 @@ class MainWindow(ModelLoading, QMainWindow):
 
     def reset_ablation(self) -> None:
         """The status bar's Reset: the model without ablation, for every panel."""
-        session = self.session
-        if session is None or not session.ablation.active:
-            return
-        self.runner.submit("ablation", lambda token, progress: session.clear_ablation(),
-                           on_error=lambda exc: self.ctx.report_error(exc, "Reset ablation failed", inline=False))
+        if self.session is not None and self.session.ablation.active:
+            self.ctx.change_ablation(lambda session: session.clear_ablation(), on_error=lambda exc: self.ctx.report_error(
+                exc, "Reset ablation failed", inline=False))
 
     def _show_session(self) -> None:
         """Status bar, banner and title for the session's model; the panel in view built."""

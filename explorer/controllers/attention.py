@@ -63,7 +63,7 @@ class AttentionController(PanelController):
         panel.headSelected.connect(self.select_head)
         panel.ablateToggled.connect(self.toggle_ablation)
         panel.exportRequested.connect(self._export_dialog)
-        panel.set_prompt_text(ctx.prompt if ctx.prompt is not None else _default_prompt())
+        panel.set_prompt_text(_default_prompt())  # --prompt arrives through set_prompt (PanelPage)
 
     # -- the panel contract ------------------------------------------------------------------
     def set_prompt(self, text: str) -> None:
@@ -143,11 +143,7 @@ class AttentionController(PanelController):
     def toggle_ablation(self, layer: int, head: int) -> None:
         """Shift+click: ablate (or restore) a head for every panel; the session announces it
         (AblationChanged) and every panel, this one included, follows."""
-        session = self.ctx.session
-        if not session.has_model:
-            return
-        self.ctx.runner.submit("ablation", lambda token, _progress: session.toggle_head(layer, head),
-                               on_error=self._on_error)
+        self.ctx.change_ablation(lambda session: session.toggle_head(layer, head), on_error=self._on_error)
 
     def on_model_changed(self, event) -> None:
         """The session holds a new model: forget the old picture's shape, clear it, recompute."""

@@ -20,6 +20,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QFileDialog
 
 from ..panels.attribution_panel import AUTO_CONTRAST, AUTO_TARGET, NO_CONTRAST, AttributionPanel
+from ..context import ABLATION_TASK
 from ..session_events import ModelSwapped
 from .base import PanelController
 from .live import LiveRequest
@@ -29,7 +30,7 @@ log = logging.getLogger("explorer.attribution")
 DEBOUNCE_MS = 120
 DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
 DEFAULT_CORRUPT = "When Mary and John went to the store, Mary gave a drink to"
-KEYS = dict(dla="attribution", patch="patching", cell="patched-cell", census="census", ablation="ablation")
+KEYS = dict(dla="attribution", patch="patching", cell="patched-cell", census="census", ablation=ABLATION_TASK)
 
 
 class AttributionController(PanelController):
@@ -61,8 +62,8 @@ class AttributionController(PanelController):
         panel.cancelRequested.connect(lambda: self.ctx.runner.cancel(KEYS["patch"]))
         panel.cellClicked.connect(self.show_cell)
         panel.exportRequested.connect(self._export_dialog)
-        panel.corrupt.setPlainText(DEFAULT_CORRUPT)
-        panel.set_prompt_text(ctx.prompt if ctx.prompt is not None else DEFAULT_PROMPT)
+        panel.set_corrupt_text(DEFAULT_CORRUPT)
+        panel.set_prompt_text(DEFAULT_PROMPT)  # --prompt arrives through set_prompt (PanelPage)
         self._show_ablation()
         self.request_census()
 
@@ -175,12 +176,9 @@ class AttributionController(PanelController):
 
     # -- ablation (session state) -------------------------------------------------------------
     def _change_ablation(self, what: str, *args) -> None:
-        session = self.session
-        if not session.has_model:
-            return
-        mode = self.panel.mode.currentText()
+        mode = self.panel.ablation_mode()
 
-        def work(token, _progress):
+        def work(session):
             if what == "head":
                 return session.toggle_head(args[0], args[1], mode)
             if what == "mlp":
@@ -191,8 +189,8 @@ class AttributionController(PanelController):
             return session.clear_ablation()
 
         # The session announces the change (AblationChanged): every panel, this one included, follows.
-        self.ctx.runner.submit(KEYS["ablation"], work,
-                               on_error=lambda exc: (self._show_error("Ablation failed", exc), self._show_ablation()))
+        self.ctx.change_ablation(work, on_error=lambda exc: (self._show_error("Ablation failed", exc),
+                                                             self._show_ablation()))
 
     def _show_ablation(self) -> None:
         state = self.session.ablation

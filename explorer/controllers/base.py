@@ -137,6 +137,8 @@ class PanelPage(QWidget):
         layout.addWidget(self.view)
         self.controller = controller_class(ctx, self.view, parent=self, **controller_options)
         self.controller.dataReady.connect(self.dataReady)
+        if ctx.prompt is not None:  # --prompt: the one entry point for a prompt (controllers never read ctx.prompt)
+            self.controller.set_prompt(ctx.prompt)
 
     @property
     def is_ready(self) -> bool:

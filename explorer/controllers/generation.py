@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from gptcore.sampling import GPT2_VOCAB, default_vocab_limit
 
@@ -85,11 +85,8 @@ class GenerationController(PanelController):
         self.view.generateRequested.connect(self.start_generation)
         self.view.stopRequested.connect(self.stop_generation)
 
-        if ctx.prompt is not None:  # the main window calls set_prompt too (that one generates)
-            self.view.set_prompt_text(ctx.prompt)
-            self._debounce.stop()
-        if self.session.has_model:
-            self.refresh_logits()
+        # After construction, so that a --prompt (PanelPage calls set_prompt right away) is the first run.
+        QTimer.singleShot(0, self, self._first_refresh)
 
     # -- the panel contract ------------------------------------------------------------------
     def set_prompt(self, text: str) -> None:
@@ -131,6 +128,10 @@ class GenerationController(PanelController):
         self.refresh_logits()
 
     # -- the distribution ------------------------------------------------------------------
+    def _first_refresh(self) -> None:
+        if self.logits is None and not self.live.in_flight and self.session.has_model:
+            self.refresh_logits()
+
     def refresh_logits(self) -> None:
         """Run the model once on the prompt (in a worker), now or right after the run in
         flight; the bars follow from the result."""
@@ -336,7 +337,7 @@ class GenerationController(PanelController):
             self._maybe_ready()
 
     def generated_text(self) -> str:
-        return self.view.stream.generated_text()
+        return self.view.generated_text()
 
     def _report(self, exc_or_text) -> None:
         self.report_error(exc_or_text, "Generation")

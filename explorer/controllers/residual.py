@@ -63,7 +63,7 @@ class ResidualController(PanelController):
 
         view = ResidualPanel(INIT_SCHEMES)
         view.set_shape(*START_SHAPE)
-        view.log_box.setChecked(True)  # growth is multiplicative: log y shows every scheme
+        view.set_log_y(True)  # growth is multiplicative: log y shows every scheme
         return view
 
     def __init__(self, ctx, view: ResidualPanel, parent: QObject | None = None, autorun: bool = True):

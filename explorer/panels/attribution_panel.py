@@ -243,6 +243,13 @@ class AttributionPanel(QWidget):
     def prompt_text(self) -> str:
         return self.prompt.toPlainText()
 
+    def set_corrupt_text(self, text: str) -> None:
+        self.corrupt.setPlainText(text)
+
+    def ablation_mode(self) -> str:
+        """What an ablated component outputs: "zero" or "mean"."""
+        return self.mode.currentText()
+
     def set_prompt_text(self, text: str) -> None:
         self.prompt.setPlainText(text)
 

@@ -110,6 +110,10 @@ class GenerationPanel(QWidget):
         if text != self.prompt.toPlainText():
             self.prompt.setPlainText(text)
 
+    def generated_text(self) -> str:
+        """The text generated so far (the prompt's echo excluded)."""
+        return self.stream.generated_text()
+
     def settings(self) -> dict:
         return self.controls.settings()
 

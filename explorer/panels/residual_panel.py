@@ -251,6 +251,10 @@ class ResidualPanel(QWidget):
         self.viewChanged.emit(self.current_view)
 
     # -- data in -----------------------------------------------------------------------------
+    def set_log_y(self, on: bool) -> None:
+        """A log y axis (growth is multiplicative: it shows every scheme)."""
+        self.log_box.setChecked(on)
+
     def set_shape(self, n_layer: int, n_embd: int, n_head: int) -> None:
         self.layers_box.setValue(n_layer)
         self.width_box.setValue(n_embd)
