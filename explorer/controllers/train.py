@@ -29,6 +29,7 @@ POLL_MS = 500
 OPEN_KEY = "train-open"
 STEP_KEY = "train-step"
 USE_KEY = "train-use"
+SAVE_KEY = "train-save"
 CENSUS_SHOWN = ("previous_token", "induction", "position_copy")
 
 
@@ -341,10 +342,16 @@ class TrainController(PanelController):
         path = f.root / name
         return path if path.is_file() else None
 
-    def save_checkpoint(self) -> None:
+    def save_checkpoint(self, kind: str = "ckpt") -> None:
         src = self._latest_ckpt()
         if src is None:
             self.view.set_message("this run has no ckpt.pt yet (one is written at each eval)")
+            return
+        if kind == "hf":
+            target, _ = QFileDialog.getSaveFileName(self.view, "A new folder for the Hugging Face GPT-2 model",
+                                                    self.ctx.file_path(f"{self.follower.root.name}-hf"))
+            if target:
+                self.save_hf(target)
             return
         target, _ = QFileDialog.getSaveFileName(self.view, "Save the run's nanoGPT checkpoint",
                                                 self.ctx.file_path("ckpt.pt"), "nanoGPT checkpoint (*.pt)")
@@ -371,6 +378,26 @@ class TrainController(PanelController):
         self.view.set_status(f"model from the Config panel: {config.get('n_layer')} layers × {config.get('n_embd')} "
                              f"wide, {config.get('n_head')} heads" + (f" (also {extra})" if extra else "")
                              + "; the corpus sets the vocabulary")
+
+    def save_hf(self, target) -> None:
+        """The run's latest ckpt.pt as a Hugging Face GPT-2 folder at `target` (new or empty), in a worker;
+        the run's char_vocab.json goes with it so this app reads the text."""
+        src, target = self._latest_ckpt(), Path(target)
+        if target.exists() and (not target.is_dir() or any(target.iterdir())):
+            self.view.set_message(f"{target} already exists and is not an empty folder; choose a new folder name")
+            return
+        vocab = [p for p in (self.follower.root / "char_vocab.json",) if p.is_file()]
+
+        def work(token, progress):
+            from gptcore.export_hf import save_hf_folder
+            from gptcore.loading import load
+
+            model, _info = load(str(src), device="cpu")
+            return save_hf_folder(model, target, extra_files=vocab)
+
+        self.ctx.runner.submit(SAVE_KEY, work, on_result=lambda folder: self.ctx.show_message(
+            f"saved {folder} (config.json + model.safetensors: transformers' GPT2LMHeadModel opens it)", 8000),
+            on_error=lambda exc: self.view.set_message(self.report_error(exc, "Saving the folder failed").inline))
 
     def use_session_shape(self) -> None:
         config = self.ctx.session.config if self.ctx.session is not None else None
@@ -401,7 +428,7 @@ class TrainController(PanelController):
     def shutdown(self) -> None:
         self.timer.stop()
         self.process.shutdown()
-        for key in (OPEN_KEY, STEP_KEY, USE_KEY):
+        for key in (OPEN_KEY, STEP_KEY, USE_KEY, SAVE_KEY):
             self.ctx.runner.cancel(key)
         super().shutdown()
 

@@ -7,13 +7,13 @@ view only says what the user asked for:
 - the form's `startRequested(dict)`, `pauseRequested`, `resumeRequested`, `stopRequested`,
   `openRunRequested`, `presetRequested(str)`, `browseRequested(str)`, `modelFromSessionRequested`;
 - `stepChosen(scheme, step)` when the scrubber stops on a kept step, `latestRequested()` for "latest",
-  `useModelRequested()` / `saveRequested()` for the final model.
+  `useModelRequested()` / `saveRequested(kind)` for the final model.
 """
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QPlainTextEdit, QProgressBar, QPushButton,
-                               QScrollArea, QSlider, QSplitter, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QMenu, QPlainTextEdit, QProgressBar, QPushButton,
+                               QScrollArea, QSlider, QSplitter, QToolButton, QVBoxLayout, QWidget)
 
 from .elided_label import ElidedLabel
 from .train_charts import TrainCharts
@@ -24,7 +24,7 @@ class TrainPanel(QWidget):
     stepChosen = Signal(str, int)  # (scheme, step): make that step's weights the session's model
     latestRequested = Signal()
     useModelRequested = Signal()
-    saveRequested = Signal()
+    saveRequested = Signal(str)  # "ckpt" (nanoGPT's ckpt.pt, copied) or "hf" (a Hugging Face GPT-2 folder)
 
     def __init__(self, schemes=(), parent: QWidget | None = None):
         super().__init__(parent)
@@ -78,9 +78,14 @@ class TrainPanel(QWidget):
         self.use_button = QPushButton("Use this model")
         self.use_button.setToolTip("Make the run's final (or latest) model the session's model")
         self.use_button.clicked.connect(self.useModelRequested)
-        self.save_button = QPushButton("Save ckpt.pt…")
-        self.save_button.setToolTip("Copy the run's latest nanoGPT ckpt.pt somewhere else")
-        self.save_button.clicked.connect(self.saveRequested)
+        self.save_button = QToolButton()
+        self.save_button.setText("Save…")
+        self.save_button.setToolTip("Save the run's latest model: nanoGPT's ckpt.pt, or a Hugging Face GPT-2 folder")
+        self.save_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        menu = QMenu(self.save_button)
+        menu.addAction("nanoGPT ckpt.pt…", lambda: self.saveRequested.emit("ckpt"))
+        menu.addAction("Hugging Face GPT-2 folder…", lambda: self.saveRequested.emit("hf"))
+        self.save_button.setMenu(menu)
         for w in (self.step_slider,):
             scrub.addWidget(w, 1)
         scrub.addWidget(self.step_label)

@@ -49,7 +49,7 @@ def _step_weights(root, step):
     return load_file(str(root / "steps" / "gpt2" / f"step_{step:06d}.safetensors"))
 
 
-def test_a_run_started_in_the_panel_is_followed_scrubbed_into_every_panel_and_stopped(qtbot, window):
+def test_a_run_started_in_the_panel_is_followed_scrubbed_into_every_panel_and_stopped(qtbot, window, tmp_path):
     session = window.session
     c = _train_page(window)
     c.start_with(dict(TINY, max_iters=4000))  # long enough that Stop ends it, not max_iters
@@ -102,6 +102,15 @@ def test_a_run_started_in_the_panel_is_followed_scrubbed_into_every_panel_and_st
     c.view.use_button.click()
     qtbot.waitUntil(lambda: session.info.source.endswith("ckpt.pt"), timeout=WAIT_MS)
     assert session.config.n_head == 4 and session.token_strings(session.encode("ok")) == ["o", "k"]
+
+    # Save as a Hugging Face GPT-2 folder: it opens as a model again, with the run's characters.
+    c.save_hf(tmp_path / "hf")
+    qtbot.waitUntil(lambda: (tmp_path / "hf" / "model.safetensors").is_file()
+                    and not window.runner.is_running("train-save"), timeout=WAIT_MS)
+    from gptcore.loading import load
+
+    model, info = load(str(tmp_path / "hf"))
+    assert model.config.n_head == 4 and info.tokenizer.kind == "char"
 
 
 def _proc_state(pid: int) -> str:
