@@ -47,6 +47,7 @@ class HeadCountDialog(QDialog):
         layout.addWidget(intro)
         layout.addLayout(form)
         layout.addWidget(hint)
+        layout.addStretch(1)  # any height to spare goes above the buttons, not between the rows
         layout.addWidget(buttons)
         self.setMinimumWidth(460)
 
