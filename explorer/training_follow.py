@@ -18,7 +18,6 @@ from pathlib import Path
 from gptcore.training.run import RunFolder, RunFolderError
 from gptcore.training.trace import TERMINAL, TraceError, TraceReader
 
-CENSUS_SHOWN = ("previous_token", "induction", "position_copy")  # the head roles the panel maps
 
 
 class RunFollowError(ValueError):

@@ -12,7 +12,6 @@ ModelSwapped, the first time) and the window's status bar says which step is sho
 """
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from ..session_events import ModelSwapped
 from ..train_process import TrainProcess
 from ..training_follow import RunFollower, RunFollowError, new_run_dir, remember_run
 from .base import PanelController
+from .train_settings import command_settings, form_defaults, induction_preset_available, preset_values, run_form_values
 
 POLL_MS = 500
 OPEN_KEY = "train-open"
@@ -31,64 +31,6 @@ STEP_KEY = "train-step"
 USE_KEY = "train-use"
 SAVE_KEY = "train-save"
 CENSUS_SHOWN = ("previous_token", "induction", "position_copy")
-
-
-def form_defaults(preset: str = "cpu") -> dict:
-    """The form's values: nanoGPT's CPU recipe (the default) or train.py's own defaults."""
-    from gptcore.config import GPTConfig
-    from gptcore.train import DEFAULT_PROBE_INTERVAL
-    from gptcore.training.config import CPU_RECIPE_MODEL, TrainConfig
-
-    train = TrainConfig.cpu_recipe() if preset == "cpu" else TrainConfig()
-    model = GPTConfig(**CPU_RECIPE_MODEL) if preset == "cpu" else GPTConfig(dropout=0.0, bias=True)
-    values = {**train.to_dict(), **{k: getattr(model, k) for k in ("n_layer", "n_head", "n_embd", "block_size",
-                                                                  "bias", "dropout")}}
-    values["probe_interval"] = DEFAULT_PROBE_INTERVAL
-    return values
-
-
-def command_settings(values: dict) -> dict:
-    """The form's values as gptcore.train's --key=value settings; ValueError naming a bad one."""
-    settings = {k: v for k, v in values.items() if k not in ("corpus", "path")}
-    if not settings.get("init"):
-        raise ValueError("tick at least one init scheme (gpt2 is nanoGPT's)")
-    corpus, path = values.get("corpus", "pydoc"), values.get("path", "")
-    if corpus in ("file", "folder"):
-        if not path:
-            raise ValueError(f"choose the {'text file' if corpus == 'file' else 'nanoGPT data folder'} with … "
-                             f"(or pick the built-in pydoc topics)")
-        p = Path(path).expanduser()
-        if corpus == "file" and not p.is_file():
-            raise ValueError(f"{p} is not a file; choose a UTF-8 text file")
-        if corpus == "folder" and not (p / "train.bin").is_file():
-            raise ValueError(f"{p} holds no train.bin; choose a folder made by nanoGPT's prepare.py")
-        settings["data"] = str(p)
-        if corpus == "folder":
-            settings.pop("tokenizer", None)  # the folder's meta.pkl decides
-    elif corpus == "induction":
-        settings["preset"] = "induction"
-    settings["gradient_accumulation_steps"] = max(1, int(settings.get("gradient_accumulation_steps", 1)))
-    return settings
-
-
-def run_form_values(meta: dict) -> dict:
-    """The form's values of the run described by `meta` (run.json)."""
-    values = {**(meta.get("model_config") or {}), **(meta.get("train_config") or {})}
-    values["probe_interval"] = meta.get("probe_interval", values.get("probe_interval"))
-    values["init"] = ",".join(meta.get("schemes") or ["gpt2"])
-    kind = (meta.get("tokenizer") or {}).get("kind")
-    if kind in ("char", "gpt2"):
-        values["tokenizer"] = kind
-    return values
-
-
-def induction_preset_available() -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec("gptcore.training.presets") is not None
-    except ImportError:
-        return False
 
 
 class TrainController(PanelController):
@@ -122,6 +64,7 @@ class TrainController(PanelController):
         form.openRunRequested.connect(self.open_run_dialog)
         form.presetRequested.connect(lambda name: form.set_values(form_defaults(name)))
         form.browseRequested.connect(self._browse)
+        form.corpusChanged.connect(lambda kind: kind == "induction" and form.set_values(preset_values("induction")))
         form.modelFromSessionRequested.connect(self.use_session_shape)
         view.charts.censusSchemeChanged.connect(lambda _name: self.draw())
         view.stepChosen.connect(self.choose_step)

@@ -57,6 +57,7 @@ class TrainForm(QWidget):
     presetRequested = Signal(str)  # "cpu" (nanoGPT's CPU recipe) or "nanogpt" (train.py's defaults)
     modelFromSessionRequested = Signal()
     browseRequested = Signal(str)  # "file" or "folder"
+    corpusChanged = Signal(str)  # "pydoc", "file", "folder" or "induction" (a preset brings its own settings)
 
     def __init__(self, schemes=(), parent: QWidget | None = None):
         super().__init__(parent)
@@ -232,6 +233,7 @@ class TrainForm(QWidget):
         self.path_edit.setEnabled(needs_path)
         self.browse_button.setEnabled(needs_path)
         self.tokenizer_combo.setEnabled(self.corpus_kind() != "folder")  # a prepared folder brings its own
+        self.corpusChanged.emit(self.corpus_kind())
 
     def _pause_clicked(self) -> None:
         (self.resumeRequested if self._paused else self.pauseRequested).emit()

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from explorer.controllers.train import command_settings
+from explorer.controllers.train_settings import command_settings
 from explorer.training_follow import RunFollower, RunFollowError
 
 TINY = dict(n_layer=1, n_head=4, n_embd=32, block_size=32, max_iters=40, eval_interval=10, eval_iters=2,
@@ -127,9 +127,11 @@ def test_pause_resume_and_quitting_while_paused_leaves_no_child_process(qtbot, w
     qtbot.waitUntil(lambda: c.follower.state == "running", timeout=WAIT_MS)
     form = c.view.form
     form.pause_button.click()
-    assert _proc_state(pid) == "T" and form.pause_button.text() == "Resume"
+    assert form.pause_button.text() == "Resume"
+    qtbot.waitUntil(lambda: _proc_state(pid) == "T", timeout=10_000)  # the kernel delivers SIGSTOP soon after
     form.pause_button.click()
-    assert _proc_state(pid) != "T" and form.pause_button.text() == "Pause"
+    assert form.pause_button.text() == "Pause"
+    qtbot.waitUntil(lambda: _proc_state(pid) != "T", timeout=10_000)
     form.pause_button.click()  # paused again: quitting must still end it (SIGCONT, then SIGTERM)
     window.close()
     assert not _pid_alive(pid)
