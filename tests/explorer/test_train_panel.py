@@ -284,3 +284,14 @@ def test_a_run_the_training_refuses_shows_its_reason_in_the_panel(qtbot, window,
     assert "exit status 2" in text and "block_size" in text, text  # gptcore.train's own words, no traceback
     assert "Traceback" not in text
     assert c.view.form.start_button.isEnabled() and not c.timer.isActive()
+
+
+def test_the_run_option_opens_the_train_panel_and_names_a_missing_folder(tmp_path, capsys):
+    from explorer.app import parse_args
+
+    args = parse_args(["--run", str(tmp_path)])
+    assert args.run == str(tmp_path) and args.panel == "train"
+    assert parse_args(["--run", str(tmp_path), "--panel", "attention"]).panel == "attention"
+    with pytest.raises(SystemExit):
+        parse_args(["--run", str(tmp_path / "nowhere")])
+    assert "no such folder" in capsys.readouterr().err
