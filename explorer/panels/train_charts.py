@@ -123,7 +123,7 @@ class TrainCharts(QWidget):
                 np.asarray(ex, float), np.asarray(ey, float), connect="finite")
 
     def set_lr(self, steps, lr) -> None:
-        self._curve(self.lr_plot, ("lr", ""), "#374151").setData(np.asarray(steps, float), np.asarray(lr, float))
+        self._curve(self.lr_plot, ("lr", ""), "#0891b2").setData(np.asarray(steps, float), np.asarray(lr, float))
 
     def set_grad_norms(self, steps, parts: dict) -> None:
         """{part name: values}: one curve per part (embeddings, each block, the final norm)."""

@@ -95,7 +95,7 @@ class TrainPanel(QWidget):
         box.addLayout(scrub)
 
         self.charts = TrainCharts()
-        self.charts.setMinimumSize(620, 440)  # below this the charts scroll instead of squeezing unreadably
+        self.charts.setMinimumSize(540, 400)  # below this the charts scroll instead of squeezing unreadably
         charts_scroll = QScrollArea()
         charts_scroll.setWidgetResizable(True)
         charts_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
