@@ -21,7 +21,6 @@ import logging
 import numpy as np
 import shiboken6
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import QFileDialog
 
 from ..panels.attention_panel import AttentionPanel
 from .base import PanelController
@@ -209,21 +208,9 @@ class AttentionController(PanelController):
         np.savez_compressed(path, **arrays)
 
     def _export_dialog(self, kind: str) -> None:
-        filters = {"grid-png": "PNG image (*.png)", "head-png": "PNG image (*.png)", "npz": "NumPy archive (*.npz)"}
         suggested = {"grid-png": "attention-grid.png", "head-png": "attention-head.png", "npz": "attention-capture.npz"}
-        path, _ = QFileDialog.getSaveFileName(self.view, "Export", self.ctx.file_path(suggested[kind]), filters[kind])
-        if not path:
-            return
-        self.ctx.remember_folder_of(path)
-        try:
-            if kind == "npz":
-                self.export_npz(path)
-            elif not (self.view.export_grid_png(path) if kind == "grid-png" else self.view.export_head_png(path)):
-                raise OSError(f"could not write {path}; pick a folder you can write to")
-        except (OSError, ValueError) as exc:
-            self.view.set_error(self.report_error(exc, "Export failed").inline)
-            return
-        self.ctx.show_message(f"Exported {path}", 5000)
+        write = {"grid-png": self.view.export_grid_png, "head-png": self.view.export_head_png, "npz": self.export_npz}
+        self.export_with_dialog(suggested[kind], write[kind], self.view.set_error)
 
 
 def _default_prompt() -> str:

@@ -17,7 +17,6 @@ import logging
 
 import shiboken6
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import QFileDialog
 
 from ..panels.attribution_panel import AUTO_CONTRAST, AUTO_TARGET, NO_CONTRAST, AttributionPanel
 from ..context import ABLATION_TASK
@@ -285,21 +284,13 @@ class AttributionController(PanelController):
 
     # -- export ----------------------------------------------------------------------------------
     def _export_dialog(self, key: str, fmt: str) -> None:
-        filters = "CSV (*.csv)" if fmt == "csv" else "PNG image (*.png)"
-        path, _ = QFileDialog.getSaveFileName(self.panel, "Export", self.ctx.file_path(f"attribution-{key}.{fmt}"),
-                                              filters)
-        if path:
-            self.ctx.remember_folder_of(path)
-            self.export(key, fmt, path)
+        self.export_with_dialog(f"attribution-{key}.{fmt}", self._writer(key, fmt), self.panel.set_message)
 
     def export(self, key: str, fmt: str, path: str) -> None:
-        try:
-            if not self.panel.export(key, fmt, path, self.export_meta(key)):
-                raise OSError(f"could not write {path}; pick a folder you can write to")
-        except OSError as exc:
-            self.panel.set_message(self.report_error(exc, "Export failed").inline)
-            return
-        self.ctx.show_message(f"Exported {path}", 5000)
+        self.export_to(path, self._writer(key, fmt), self.panel.set_message)
+
+    def _writer(self, key: str, fmt: str):
+        return lambda path: self.panel.export(key, fmt, path, self.export_meta(key))
 
     def export_meta(self, key: str) -> dict:
         """What a CSV of view `key` was computed from: the model, the ablation in force, and

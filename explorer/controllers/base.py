@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFileDialog, QVBoxLayout, QWidget
 
 from ..context import PanelContext
 from ..errors import Explanation
@@ -117,6 +117,33 @@ class PanelController(QObject):
         arrived (the event that moved it asks for a new one), so no controller compares
         versions by hand."""
         return self.ctx.runner.submit(key, work, current=self.state_now(), **callbacks)
+
+    # -- exports: the one entry point ---------------------------------------------------------------
+    FILE_FILTERS = {"png": "PNG image (*.png)", "svg": "SVG image (*.svg)", "csv": "CSV (*.csv)",
+                    "npz": "NumPy archive (*.npz)"}
+
+    def export_with_dialog(self, suggested_name: str, write, show_error) -> None:
+        """Ask where (in the folder last used), then `export_to`. The filter follows the suggested
+        name's extension."""
+        ext = suggested_name.rsplit(".", 1)[-1]
+        path, _ = QFileDialog.getSaveFileName(self.view, "Export", self.ctx.file_path(suggested_name),
+                                              self.FILE_FILTERS.get(ext, "All files (*)"))
+        if path:
+            self.ctx.remember_folder_of(path)
+            self.export_to(path, write, show_error)
+
+    def export_to(self, path: str, write, show_error) -> bool:
+        """THE way a panel writes a file: `write(path)` (returning False, or raising OSError or
+        ValueError, when it could not), an error shown with `show_error(inline text)` through the
+        one error path, "Exported PATH" in the status bar otherwise."""
+        try:
+            if write(path) is False:
+                raise OSError(f"could not write {path}; pick a folder you can write to")
+        except (OSError, ValueError) as exc:
+            show_error(self.report_error(exc, "Export failed").inline)
+            return False
+        self.ctx.show_message(f"Exported {path}", 5000)
+        return True
 
     def report_error(self, exc: BaseException | str, title: str, *, after: str = "") -> Explanation:
         """The one error path (see PanelContext.report_error); show the returned `.inline` where it happened."""

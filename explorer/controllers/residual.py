@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 
 from PySide6.QtCore import QObject, QTimer, Signal
-from PySide6.QtWidgets import QFileDialog
 
 from ..panels.residual_panel import ResidualPanel
 from .base import PanelController
@@ -271,24 +270,22 @@ class ResidualController(PanelController):
 
     # -- export -------------------------------------------------------------------------------
     def _export_dialog(self, kind: str) -> None:
-        filters = {"csv": "CSV (*.csv)", "png": "PNG image (*.png)", "svg": "SVG image (*.svg)"}
-        path, _ = QFileDialog.getSaveFileName(self.view, "Export",
-                                              self.ctx.file_path(f"residual-{self.view.current_view}.{kind}"),
-                                              filters[kind])
-        if path:
-            self.ctx.remember_folder_of(path)
-            self.export(kind, path)
+        self.export_with_dialog(f"residual-{self.view.current_view}.{kind}", self._writer(kind),
+                                self._export_failed)
 
     def export(self, kind: str, path: str) -> None:
         if not path.lower().endswith("." + kind):
             path += "." + kind
-        try:
-            if kind == "csv":
-                self.view.export_csv(path)
-            else:
-                self.view.export_image(path)
-        except (OSError, ValueError) as exc:
-            self.view.set_status(f"⚠ could not export: {self.report_error(exc, 'Export failed').inline}")
-            return
-        self.view.set_status(f"Saved {os.path.basename(path)}")
-        self.ctx.show_message(f"Saved {path}", 5000)
+        self.export_to(path, self._writer(kind), self._export_failed)
+
+    def _writer(self, kind: str):
+        def write(path: str) -> None:
+            if not path.lower().endswith("." + kind):
+                path += "." + kind
+            self.view.export_csv(path) if kind == "csv" else self.view.export_image(path)
+            self.view.set_status(f"Saved {os.path.basename(path)}")
+
+        return write
+
+    def _export_failed(self, text: str) -> None:
+        self.view.set_status(f"⚠ could not export: {text}")

@@ -40,3 +40,28 @@ def test_every_ablation_change_goes_through_the_one_entry_point(qtbot, window, m
     qtbot.waitUntil(lambda: not window.session.ablation.active, timeout=WAIT_MS)
     assert len(calls) == 3
     qtbot.waitUntil(lambda: not window.runner.busy, timeout=WAIT_MS)
+
+
+def test_every_panel_exports_through_one_entry_point(qtbot, window, tmp_path, monkeypatch):
+    """Attention, Attribution and Residual write files the same way: the folder last used, the
+    error in the panel, "Exported PATH" in the status bar."""
+    from PySide6.QtWidgets import QFileDialog
+
+    asked = []
+    target = {}
+    monkeypatch.setattr(QFileDialog, "getSaveFileName",
+                        staticmethod(lambda parent, title, start, filt: (asked.append((start, filt)) or target["path"], filt)))
+    attention = window.show_panel("attention")
+    qtbot.waitUntil(lambda: attention.controller.result is not None, timeout=WAIT_MS)
+    target["path"] = str(tmp_path / "grid.png")
+    attention.controller._export_dialog("grid-png")
+    assert (tmp_path / "grid.png").stat().st_size > 1000
+    assert asked[-1][0].endswith("attention-grid.png") and asked[-1][1] == "PNG image (*.png)"
+    assert window.statusBar().currentMessage() == f"Exported {tmp_path / 'grid.png'}"
+    attribution = window.show_panel("attribution")
+    qtbot.waitUntil(lambda: attribution.controller.result is not None, timeout=WAIT_MS)
+    target["path"] = str(tmp_path / "no-such-folder" / "bars.csv")
+    attribution.controller._export_dialog("bars", "csv")
+    assert "no-such-folder" in attribution.view.message.text() and window.error_dialog is None
+    assert asked[-1][0].endswith("attribution-bars.csv") and asked[-1][1] == "CSV (*.csv)"
+    qtbot.waitUntil(lambda: not window.runner.busy, timeout=WAIT_MS)
