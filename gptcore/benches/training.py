@@ -80,7 +80,8 @@ def time_interleaved(steps: dict, batches: list, iters: int, block: int, warmup:
 
 
 def run_train_bench(nanogpt: str | None = None, iters: int = 200, block: int = 10, warmup: int = 10,
-                    dtype: str = "auto", loss_iters=(), eval_iters: int = 40, seed: int = 1337, say=print) -> dict:
+                    dtype: str = "auto", loss_iters=(), eval_iters: int = 40, seed: int = 1337, say=print,
+                    same_init: bool = False) -> dict:
     """Prints the report through `say`; returns its figures (ms/iter, ratio, val losses)."""
     corpus = load_corpus()
     cfg = TrainConfig.cpu_recipe(dtype=dtype, eval_iters=eval_iters, seed=seed)
@@ -128,23 +129,35 @@ def run_train_bench(nanogpt: str | None = None, iters: int = 200, block: int = 1
     else:
         say("ratio: n/a (no nanoGPT model.py to compare with)")
     if loss_iters:
-        result["val_loss"] = loss_curves(corpus, model_args, cfg, module, max(loss_iters), say)
+        result["val_loss"] = loss_curves(corpus, model_args, cfg, module, max(loss_iters), say, same_init)
     return result
 
 
-def loss_curves(corpus, model_args: dict, cfg: TrainConfig, module, n_iters: int, say=print) -> dict:
-    """Train each side n_iters on the same batches; {side: {iteration: val loss}} at EVAL_POINTS."""
+def loss_curves(corpus, model_args: dict, cfg: TrainConfig, module, n_iters: int, say=print,
+                same_init: bool = False) -> dict:
+    """Train each side n_iters on the same batches; {side: {iteration: val loss}} at EVAL_POINTS.
+    `same_init`: ours starts from nanoGPT's initial weights (renamed by convert.py), so the curves
+    differ by the implementations alone, not by two draws of the initialisation."""
     T, rows, seed = model_args["block_size"], cfg.tokens_per_iter, cfg.seed
     val = [corpus.batch("val", k, cfg.batch_size, T, seed, stream="eval") for k in range(cfg.eval_iters)]
+    ref = NanoGPTLoop(module, model_args, cfg) if module is not None else None
     sides = {"ours": make_ours(model_args, cfg)}
     if sides["ours"].dtype != "float32":
         sides["ours float32"] = make_ours(model_args, cfg.replace(dtype="float32"))
-    if module is not None:
-        sides["nanoGPT"] = NanoGPTLoop(module, model_args, cfg)
+    if ref is not None:
+        sides["nanoGPT"] = ref
+        if same_init:
+            from ..convert import convert_state_dict
+
+            start_weights, _ = convert_state_dict(ref.model.state_dict(), conv1d=False)
+            for name in sides:
+                if name != "nanoGPT":
+                    sides[name].model.load_state_dict(start_weights, strict=True)
     points = [p for p in EVAL_POINTS if p < n_iters] + [n_iters]
     curves = {name: {} for name in sides}
+    init = "ours from nanoGPT's initial weights" if same_init and ref is not None else "each its own initialisation"
     say(f"loss: {n_iters} iterations each on the same batches; val loss = mean of {cfg.eval_iters} val batches "
-        f"(the same for every side); seed {seed}")
+        f"(the same for every side); seed {seed}; {init}")
     say("  iter  " + "".join(f"{name:>15}" for name in sides))
     start = time.perf_counter()
     for it in range(n_iters):
@@ -185,6 +198,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--loss", action="store_true", help="also train both and compare val loss")
     parser.add_argument("--loss-iters", default="500,2000", help="iterations of the --loss run (its largest counts)")
     parser.add_argument("--eval-iters", type=int, default=40, help="val batches per loss estimate (default 40)")
+    parser.add_argument("--same-init", action="store_true",
+                        help="--loss: ours starts from nanoGPT's initial weights (default: each its own, seeded alike)")
     parser.add_argument("--seed", type=int, default=1337, help="seeds both initialisations and the batches (train.py's 1337)")
 
 
@@ -206,7 +221,7 @@ def main(argv=None) -> int:
     if any(n < 1 for n in loss_iters):
         parser.error("--loss-iters must be 1 or more")
     run_train_bench(args.nanogpt, args.iters, args.block, max(0, args.warmup), args.dtype, loss_iters,
-                    args.eval_iters, args.seed, say=lambda line: print(line, flush=True))
+                    args.eval_iters, args.seed, say=lambda line: print(line, flush=True), same_init=args.same_init)
     return 0
 
 
