@@ -30,6 +30,7 @@ class SchemeSeries:
 
     train_step: list = field(default_factory=list)
     train_loss: list = field(default_factory=list)
+    train_time: list = field(default_factory=list)  # Unix time of each train record (for the ETA)
     lr: list = field(default_factory=list)
     grad_norms: dict = field(default_factory=dict)  # part name -> list aligned with train_step
     tokens_per_s: list = field(default_factory=list)
@@ -47,6 +48,7 @@ class SchemeSeries:
         n = len(self.train_step)
         self.train_step.append(int(r["step"]))
         self.train_loss.append(_num(r.get("loss")))
+        self.train_time.append(_num(r.get("time")))
         self.lr.append(_num(r.get("lr")))
         self.tokens_per_s.append(_num(r.get("tokens_per_s")))
         for part, value in (r.get("grad_norms") or {}).items():
@@ -71,8 +73,6 @@ class RunFollower:
         self.messages: list[str] = []
         self.max_iters = 0
         self.step = 0  # the latest step any record mentions
-        self.first_time: float | None = None
-        self.last_time: float | None = None
         self.records = 0
 
     @property
@@ -126,14 +126,10 @@ class RunFollower:
     def _take(self, r: dict) -> None:
         kind = r.get("kind")
         self.records += 1
-        t = _num(r.get("time"))
-        if self.first_time is None:
-            self.first_time = t
-        self.last_time = t
         if isinstance(r.get("step"), int):
             self.step = max(self.step, r["step"] + (1 if kind == "train" else 0))
-        if kind == "start":
-            self.state = "running"
+        if kind == "start":  # a new run, or a resume of a stopped one
+            self.state, self.end_message = "running", ""
             self.max_iters = int(r.get("max_iters") or self.max_iters)
             for scheme in r.get("schemes") or []:
                 self._scheme({"scheme": scheme})
@@ -191,17 +187,20 @@ class RunFollower:
         rel = self.series[scheme].kept_steps.get(step)
         return self.folder.root / rel if rel else self.folder.step_weights(scheme, step)
 
-    def rate(self) -> tuple[float, float]:
-        """(tokens/s, seconds left) from the latest train records of the first scheme; (0, 0) unknown."""
+    def rate(self, window: int = 50) -> tuple[float, float]:
+        """(tokens/s, seconds left) from the last `window` train records of the first scheme (a pause
+        or a resume long ago does not count); (0, 0) when unknown."""
         if not self.schemes:
             return 0.0, 0.0
         s = self.series[self.schemes[0]]
         recent = [v for v in s.tokens_per_s[-20:] if v == v]
-        if not recent or self.first_time is None or self.last_time is None or self.step <= 0:
-            return (sum(recent) / len(recent) if recent else 0.0), 0.0
-        per_step = (self.last_time - self.first_time) / max(self.step, 1)
-        left = max(0, self.max_iters - self.step) * per_step if not self.finished else 0.0
-        return sum(recent) / len(recent), left
+        tokens = sum(recent) / len(recent) if recent else 0.0
+        if len(s.train_step) < 3 or self.finished:
+            return tokens, 0.0
+        n = min(window, len(s.train_step))
+        steps = s.train_step[-1] - s.train_step[-n]
+        per_step = (s.train_time[-1] - s.train_time[-n]) / steps if steps > 0 else 0.0
+        return tokens, max(0, self.max_iters - self.step) * max(per_step, 0.0)
 
     def census_stack(self, scheme: str, name: str):
         """(steps, [L][H] per probe) of one census score for one scheme."""

@@ -295,3 +295,22 @@ def test_the_run_option_opens_the_train_panel_and_names_a_missing_folder(tmp_pat
     with pytest.raises(SystemExit):
         parse_args(["--run", str(tmp_path / "nowhere")])
     assert "no such folder" in capsys.readouterr().err
+
+
+def test_a_resumed_run_reads_as_running_again_and_its_eta_ignores_the_pause(tmp_path):
+    root = tmp_path / "run"
+    _fake_run(root, steps=())
+    lines = []
+    for i in range(10):  # 1 s per step, then stopped, resumed an hour later at 2 s per step
+        lines.append({"kind": "train", "time": 1000.0 + i, "step": i, "scheme": "gpt2", "loss": 2.0})
+    lines.append({"kind": "stopped", "time": 1010.0, "step": 10, "reason": "SIGTERM"})
+    lines.append({"kind": "start", "time": 4600.0, "step": 10, "max_iters": 20, "schemes": ["gpt2"], "resumed": True})
+    for i in range(10, 15):
+        lines.append({"kind": "train", "time": 4600.0 + 2 * (i - 10), "step": i, "scheme": "gpt2", "loss": 2.0})
+    with open(root / "trace.jsonl", "a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in lines))
+    f = RunFollower(root)
+    f.poll()
+    assert f.state == "running" and f.end_message == "" and f.describe().startswith("running ·")
+    _tokens, left = f.rate(window=5)
+    assert left == pytest.approx(5 * 2.0)  # 5 steps left at the resumed run's 2 s each, not the hour's pause
