@@ -18,7 +18,7 @@ import logging
 import shiboken6
 from PySide6.QtCore import QObject, Signal
 
-from ..panels.attribution_panel import AUTO_CONTRAST, AUTO_TARGET, NO_CONTRAST, AttributionPanel
+from ..panels.attribution_panel import AttributionPanel, Pick
 from ..context import ABLATION_TASK
 from ..session_events import ModelSwapped
 from .base import PanelController
@@ -144,8 +144,9 @@ class AttributionController(PanelController):
             self.panel.set_message(str(exc))
             return None
 
-    def pick_target(self, text: str) -> None:
-        if text == AUTO_TARGET:
+    def pick_target(self, text) -> None:
+        """`text`: a token's raw text, or Pick.TOP1 (the model's own top-1)."""
+        if text is Pick.TOP1:
             self.target = None
         else:
             token = self._resolve(text)
@@ -157,10 +158,11 @@ class AttributionController(PanelController):
             self.target = token
         self.request()
 
-    def pick_contrast(self, text: str) -> None:
-        if text == AUTO_CONTRAST:
+    def pick_contrast(self, text) -> None:
+        """`text`: a token's raw text, Pick.TOP2 (the model's runner-up) or Pick.NONE (a plain logit)."""
+        if text is Pick.TOP2:
             self.contrast = "auto"
-        elif text in (NO_CONTRAST, ""):
+        elif text is Pick.NONE or text == "":
             self.contrast = None
         else:
             token = self._resolve(text)

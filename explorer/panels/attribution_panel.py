@@ -13,6 +13,7 @@ A passive view (numpy in through `set_*`, intent out through signals); the contr
 """
 from __future__ import annotations
 
+import enum
 from pathlib import Path
 
 import numpy as np
@@ -28,9 +29,20 @@ from .layer_bars import LayerBars
 from .token_stream import format_prob, visible_token
 from .value_heatmap import ValueHeatmap
 
-AUTO_TARGET = "(model's top-1)"
-AUTO_CONTRAST = "(model's top-2)"
-NO_CONTRAST = "(none: plain logit)"
+
+class Pick(enum.Enum):
+    """The pickers' special entries: what they mean travels as the member, the label only shows.
+    (A label used as protocol broke when a token's text happened to equal it, and on rewording.)"""
+
+    TOP1 = "(model's top-1)"
+    TOP2 = "(model's top-2)"
+    NONE = "(none: plain logit)"
+
+    @property
+    def label(self) -> str:
+        return self.value
+
+
 PATCH_KINDS = (("resid", "residual stream (block input)"), ("attn", "attention output"),
                ("mlp", "MLP output"), ("heads", "each head (all positions)"))
 EXPORTS = (("bars", "DLA per layer"), ("heads", "DLA per head"), ("resid", "patching: residual"),
@@ -44,13 +56,13 @@ def _token_label(text: str) -> str:
 
 class _Picker(QComboBox):
     """An editable token picker: special entries first, then the model's top tokens; emits
-    `picked(str)` with the raw token text ('' for a special entry's meaning, see `special`).
+    `picked(object)`: a `Pick` for a special entry, else the raw token text.
 
     Tokens are listed as the chips show them (" creed" as "␣creed": a combo box would show a
     leading space as nothing) and keep their raw text in the item's UserRole; what the user
     types is read back the same way (`_raw`)."""
 
-    picked = Signal(str)
+    picked = Signal(object)  # Pick | str
 
     def __init__(self, specials: tuple[str, ...]):
         super().__init__()
@@ -59,7 +71,7 @@ class _Picker(QComboBox):
         self.setMinimumContentsLength(14)
         self._specials = specials
         for special in specials:
-            self.addItem(special, special)
+            self.addItem(special.label, special)
         self.activated.connect(lambda index: self.picked.emit(self.itemData(index)))
         self.lineEdit().returnPressed.connect(lambda: self.picked.emit(self.choice()))
 
@@ -93,8 +105,8 @@ class _Picker(QComboBox):
         """The raw texts listed, specials first."""
         return [self.itemData(i) for i in range(self.count())]
 
-    def _shown(self, text: str) -> str:
-        return text if text in self._specials else _token_label(text)
+    def _shown(self, text) -> str:
+        return text.label if isinstance(text, Pick) else _token_label(text)
 
     def _raw(self, shown: str) -> str:
         index = self.findText(shown, Qt.MatchFlag.MatchExactly)
@@ -105,8 +117,8 @@ class _Picker(QComboBox):
 
 class AttributionPanel(QWidget):
     promptChanged = Signal(str)
-    targetPicked = Signal(str)  # raw token text, or AUTO_TARGET
-    contrastPicked = Signal(str)  # raw token text, AUTO_CONTRAST or NO_CONTRAST
+    targetPicked = Signal(object)  # raw token text, or Pick.TOP1
+    contrastPicked = Signal(object)  # raw token text, Pick.TOP2 or Pick.NONE
     modeChanged = Signal(str)  # "zero" | "mean"
     resetRequested = Signal()
     headToggled = Signal(int, int)
@@ -126,11 +138,11 @@ class AttributionPanel(QWidget):
         self.prompt.setTabChangesFocus(True)
         self.prompt.setFixedHeight(52)
         self.prompt.textChanged.connect(lambda: self.promptChanged.emit(self.prompt.toPlainText()))
-        self.target = _Picker((AUTO_TARGET,))
+        self.target = _Picker((Pick.TOP1,))
         self.target.setToolTip("The token to explain: pick one of the model's top tokens or type one "
                                "(mind the leading space: ' Mary') and press Enter")
         self.target.picked.connect(self.targetPicked)
-        self.contrast = _Picker((AUTO_CONTRAST, NO_CONTRAST))
+        self.contrast = _Picker((Pick.TOP2, Pick.NONE))
         self.contrast.setToolTip("Attribute logit(target) − logit(contrast); '(none)' attributes the target's logit")
         self.contrast.picked.connect(self.contrastPicked)
         self.mode = QComboBox()
@@ -274,7 +286,7 @@ class AttributionPanel(QWidget):
         self.target.set_top([t.text for t in r.top], r.top_probs)
         self.contrast.set_top([t.text for t in r.top], r.top_probs)
         self.target.show_choice(r.target.text)
-        self.contrast.show_choice(r.contrast.text if r.contrast is not None else NO_CONTRAST)
+        self.contrast.show_choice(r.contrast.text if r.contrast is not None else Pick.NONE)
 
     def clear_results(self, reason: str) -> None:
         """Nothing drawn but `reason`: what was on screen belonged to another model (its

@@ -7,7 +7,7 @@ import pytest
 
 from explorer.controllers.attribution import DEFAULT_CORRUPT, DEFAULT_PROMPT, AttributionController
 from explorer.controllers.base import PanelPage
-from explorer.panels.attribution_panel import NO_CONTRAST
+from explorer.panels.attribution_panel import Pick
 
 WAIT = 30_000
 
@@ -64,7 +64,7 @@ def test_typing_updates_live_and_a_typed_target_is_kept(qtbot, view):
         view.view.set_prompt_text("The capital of France is")
     assert blocker.args[0].text == "The capital of France is" and blocker.args[0].target.text == " Mary"
     with qtbot.waitSignal(c.drawn, timeout=WAIT):
-        view.view.contrast.picked.emit(NO_CONTRAST)
+        view.view.contrast.picked.emit(Pick.NONE)
     assert c.result.contrast is None
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from explorer.panels.attribution_panel import Pick
 from explorer.registry import PANELS
 from explorer.session_events import MODEL_CHANGED
 
@@ -102,7 +103,7 @@ def _after_swap(window, page, name: str, old_model: str) -> None:
         chart = view.chart
         assert chart.bar_labels() == [] and not chart.plot.getAxis("bottom").isVisible()  # no "0 0 0 0 10.0%"
     elif name == "attribution":
-        assert view.target.entries() == [view.target.itemText(0)]  # the old model's tokens are gone
+        assert view.target.entries() == [Pick.TOP1]  # the old model's tokens are gone
         assert view.contrast.currentText() == view.contrast.itemText(0)  # back to the model's own top-2
         assert view.progress.text() == ""  # not "N/N patches" over empty maps
         assert not view.bars.plot.getAxis("left").isVisible()  # no ±0.2 axis around no bars
