@@ -27,10 +27,23 @@ log = logging.getLogger("explorer")
 MODEL_CHANGED = "cleared because the model changed"
 
 
+class _Change:
+    """What every event tells a view: `detail` (what happened, in words) and `reason` (the
+    words a view puts next to what it marks out of date)."""
+
+    @property
+    def detail(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def reason(self) -> str:
+        return f"out of date: {self.detail}"
+
+
 @dataclass(frozen=True)
-class ModelSwapped:
+class ModelSwapped(_Change):
     """Another model (load or build): its shape, vocabulary and tokenizer may all differ;
-    the ablation was cleared with the old one."""
+    the ablation was cleared with the old one. Views clear what they show (`reason`)."""
 
     old: ModelInfo
     new: ModelInfo
@@ -46,16 +59,12 @@ class ModelSwapped:
 
 
 @dataclass(frozen=True)
-class AblationChanged:
+class AblationChanged(_Change):
     """Same model, other components knocked out: shapes stay, every number may change."""
 
     before: AblationState
     after: AblationState
     version: int
-
-    @property
-    def reason(self) -> str:
-        return f"out of date: {self.detail}"
 
     @property
     def detail(self) -> str:
@@ -65,15 +74,11 @@ class AblationChanged:
 
 
 @dataclass(frozen=True)
-class SettingsChanged:
+class SettingsChanged(_Change):
     """A session setting every computation depends on changed (`what` names it)."""
 
     what: str
     version: int
-
-    @property
-    def reason(self) -> str:
-        return f"out of date: {self.detail}"
 
     @property
     def detail(self) -> str:
@@ -81,16 +86,12 @@ class SettingsChanged:
 
 
 @dataclass(frozen=True)
-class TrainingStepShown:
+class TrainingStepShown(_Change):
     """The same model with the weights of another training step (the Train panel shows a
     run every N steps): shapes stay, so views recompute without clearing."""
 
     step: int
     version: int
-
-    @property
-    def reason(self) -> str:
-        return f"out of date: {self.detail}"
 
     @property
     def detail(self) -> str:
