@@ -59,6 +59,7 @@ class TrainCharts(QWidget):
         self.lr_plot = _plot("learning rate", "lr")
         self.grad_plot = _plot("gradient norm per part", "‖g‖", log_y=True)
         self.grad_legend = self.grad_plot.getPlotItem().addLegend(offset=(-8, 8), labelTextSize="7pt")
+        self.grad_legend.setColumnCount(2)  # half as tall: the curves stay visible beside it
         self.icl_plot = _plot("in-context learning score", "late − early loss")
         self.icl_plot.setToolTip("Mean loss late in the context minus early (Olsson et al. 2022): below 0, the "
                                  "model predicts better with more context; an induction head forming shows as a drop")

@@ -29,6 +29,7 @@ class TrainPanel(QWidget):
     def __init__(self, schemes=(), parent: QWidget | None = None):
         super().__init__(parent)
         self._steps: list[int] = []
+        self._scheme = ""  # the init scheme whose kept steps the scrubber holds
         split = QSplitter(Qt.Orientation.Horizontal)
         self.form = TrainForm(schemes)
         self.form.setMinimumWidth(300)
@@ -200,7 +201,7 @@ class TrainPanel(QWidget):
             self.latest_box.blockSignals(True)
             self.latest_box.setChecked(False)  # the user went back: stop following
             self.latest_box.blockSignals(False)
-        self.stepChosen.emit(getattr(self, "_scheme", ""), step)
+        self.stepChosen.emit(self._scheme, step)
 
     def _latest_toggled(self, on: bool) -> None:
         if on:
