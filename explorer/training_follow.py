@@ -73,6 +73,7 @@ class RunFollower:
         self.messages: list[str] = []
         self.max_iters = 0
         self.step = 0  # the latest step any record mentions
+        self.memory_mb: float | None = None  # the training process's peak memory (train records' memory_mb)
         self.records = 0
 
     @property
@@ -135,6 +136,8 @@ class RunFollower:
                 self._scheme({"scheme": scheme})
         elif kind == "train":
             self._scheme(r).add_train(r)
+            if isinstance(r.get("memory_mb"), (int, float)):
+                self.memory_mb = float(r["memory_mb"])
         elif kind == "eval":
             s = self._scheme(r)
             s.eval_step.append(int(r["step"]))

@@ -213,7 +213,9 @@ class TrainController(PanelController):
         rate = f"{tokens_s:,.0f} tokens/s" if tokens_s else ""
         if left and f.state == "running":
             rate += f" · ETA {_duration(left)}"
-        if self.process.running:
+        if f.memory_mb is not None:  # the run's own figure: also for a run started elsewhere
+            rate += f" · peak memory {f.memory_mb:,.0f} MB"
+        elif self.process.running:
             rss = self.process.rss_bytes()
             rate += f" · child {rss / 2**20:,.0f} MiB" if rss else f" · child pid {self.process.pid}"
         view.set_progress(f.step, f.max_iters, rate, {"running": "", "waiting": "starting"}.get(f.state, f.state))

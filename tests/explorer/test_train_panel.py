@@ -303,6 +303,7 @@ def test_a_resumed_run_reads_as_running_again_and_its_eta_ignores_the_pause(tmp_
     lines = []
     for i in range(10):  # 1 s per step, then stopped, resumed an hour later at 2 s per step
         lines.append({"kind": "train", "time": 1000.0 + i, "step": i, "scheme": "gpt2", "loss": 2.0})
+    lines[-1]["memory_mb"] = 123.4
     lines.append({"kind": "stopped", "time": 1010.0, "step": 10, "reason": "SIGTERM"})
     lines.append({"kind": "start", "time": 4600.0, "step": 10, "max_iters": 20, "schemes": ["gpt2"], "resumed": True})
     for i in range(10, 15):
@@ -314,3 +315,4 @@ def test_a_resumed_run_reads_as_running_again_and_its_eta_ignores_the_pause(tmp_
     assert f.state == "running" and f.end_message == "" and f.describe().startswith("running ·")
     _tokens, left = f.rate(window=5)
     assert left == pytest.approx(5 * 2.0)  # 5 steps left at the resumed run's 2 s each, not the hour's pause
+    assert f.memory_mb == 123.4  # the last train record that said it
