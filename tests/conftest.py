@@ -1,0 +1,80 @@
+"""The `slow` marker: what the everyday loop (`pytest -m "not slow"`) leaves to the full run.
+
+Why a list in one place rather than decorators spread over the files: which tests are slow is
+a measurement of the whole suite (per-test times on 2 cores, issue 20), not a property each
+author decides; it is kept here with the rule that produced it, and a test that is renamed or
+removed makes the list fail loudly instead of silently running slow again.
+
+The rule: a test is slow when it starts the app or a training in another process (a cold
+Python importing torch and Qt: 8–30 s each), or took 3 s or more in the measured full run.
+The full run (`pytest`, no -m) still runs every test; CI runs the full run.
+"""
+from __future__ import annotations
+
+import pytest
+
+SLOW_FIXTURES = {"run_screenshot"}  # the app as a subprocess (`python -m explorer --screenshot …`)
+
+# module -> test functions (every parametrisation) measured at >= 3 s, or starting a process
+SLOW = {
+    "tests/explorer/test_attention_panel.py": {
+        "test_fault_model_swap_mid_computation_draws_nothing_stale", "test_fault_prompt_edge_cases",
+        "test_fault_rapid_typing"},
+    "tests/explorer/test_attention_redraw.py": {"test_redraw_after_edits_equals_a_fresh_panel"},
+    "tests/explorer/test_attention_typing.py": {"test_twenty_keys_a_second_end_on_the_last_text_without_a_backlog"},
+    "tests/explorer/test_attribution_panel.py": {"test_cancel_stops_patching_cleanly"},
+    "tests/explorer/test_attribution_window.py": {
+        "test_ablation_shows_in_the_status_bar_and_reset_restores_every_panel"},
+    "tests/explorer/test_bench_past_block.py": {"test_the_bench_types_past_block_size_with_slack_and_without"},
+    "tests/explorer/test_compute_thread.py": {"test_generation_does_not_hold_a_keystroke_for_more_than_one_step"},
+    "tests/explorer/test_config_panel.py": {"test_build_names_the_preset_when_the_config_equals_one"},
+    "tests/explorer/test_fault_long_session.py": {"test_fault_long_session_leaks_nothing"},
+    "tests/explorer/test_fault_suite.py": {
+        "test_fault_bad_checkpoint_opened_in_the_window_loses_nothing",
+        "test_fault_closing_during_generation_or_residual_sweep_exits_cleanly",
+        "test_fault_cuda_oom_during_generation", "test_fault_cuda_oom_in_the_attention_forward",
+        "test_fault_device_cuda_without_a_gpu"},
+    "tests/explorer/test_fault_truth.py": {
+        "test_fault_bad_model_at_start_opens_the_default_and_does_not_claim_a_previous_model",
+        "test_fault_bad_model_in_screenshot_mode_still_exits_2_with_the_message"},
+    "tests/explorer/test_head_count_window.py": {"test_screenshot_mode_needs_n_head_and_uses_it"},
+    "tests/explorer/test_shell_app.py": {
+        "test_fault_closing_during_work_exits_cleanly", "test_screenshot_mode_fails_cleanly_for_a_missing_model",
+        "test_screenshot_mode_writes_the_config_panel_png"},
+    "tests/explorer/test_shell_window.py": {"test_every_registered_panel_opens_from_its_tab"},
+    "tests/explorer/test_small_windows.py": {"test_every_panel_fits_a_900_by_600_window",
+                                             "test_grid_labels_thin_out_to_what_fits"},
+    "tests/explorer/test_train_panel.py": {
+        "test_a_run_started_in_the_panel_is_followed_scrubbed_into_every_panel_and_stopped",
+        "test_a_run_the_training_refuses_shows_its_reason_in_the_panel",
+        "test_pause_resume_and_quitting_while_paused_leaves_no_child_process"},
+    "tests/gptcore/test_loading.py": {"test_gpt2_small_shape_round_trip"},
+    "tests/gptcore/test_probes_incremental.py": {
+        "test_typing_past_block_size_with_slack_reuses_the_window_and_equals_a_full_recompute"},
+    "tests/gptcore/test_train_cli.py": {
+        "test_ctrl_c_in_a_real_process_leaves_a_loadable_checkpoint_while_a_reader_follows"},
+    "tests/gptcore/test_train_ddp.py": {"test_an_accumulation_the_processes_cannot_share_is_refused_by_every_process",
+                                        "test_two_gloo_processes_train_the_same_weights_as_one"},
+    "tests/gptcore/test_training_ddp.py": {"test_two_processes_train_like_one"},
+}
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "slow: left out of the everyday loop (`pytest -m \"not slow\"`); "
+                                       "see tests/conftest.py for the rule")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    defined: dict[str, set[str]] = {}  # module -> the test functions it defines (whatever was selected)
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        name = getattr(item, "originalname", None) or item.name.split("[", 1)[0]
+        if module not in defined and getattr(item, "module", None) is not None:
+            defined[module] = {n for n in vars(item.module) if n.startswith("test")}
+        if name in SLOW.get(module, ()) or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+    stale = [f"{module}::{name}" for module, names in SLOW.items() if module in defined
+             for name in sorted(names - defined[module])]
+    if stale:
+        raise pytest.UsageError("tests/conftest.py lists slow tests that no longer exist (renamed or removed?): "
+                                + ", ".join(stale) + " — update SLOW")
