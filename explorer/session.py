@@ -30,9 +30,9 @@ from gptcore.config import GPT2_VOCAB, GPTConfig
 
 from .devices import check_fits, resolve_device
 from .session_events import EventHub, ModelSwapped, SettingsChanged, TrainingStepShown
-from .results import (NO_MODEL, AttentionResult, Distribution, GeneratedToken, GradientResult, ModelInfo,
-                      NextTokenLogits, PromptContext, ReferenceCurve, ResidualResult)
-from .session_interp import InterpretabilityMixin
+from .results import (NO_MODEL, AblationState, AttentionResult, Distribution, GeneratedToken, GradientResult,
+                      ModelInfo, NextTokenLogits, PromptContext, ReferenceCurve, ResidualResult)
+from .session_interp import Interpretability
 
 ProgressFn = Callable[[int, int, str], None]
 
@@ -65,9 +65,10 @@ def _model_info(model, *, name: str, trained: bool | None, source: str, note: st
     )
 
 
-class Session(InterpretabilityMixin):
+class Session:
     """Model + tokenizer + device, swapped atomically; see the module docstring. Ablation,
-    attribution, patching and the head census come from `InterpretabilityMixin`."""
+    attribution, patching and the head census are the `interp` domain (explorer/session_interp.py),
+    which takes this core explicitly; the methods of that name here forward to it."""
 
     def __init__(self, model=None, info: ModelInfo | None = None, device=None):
         self.lock = threading.RLock()
@@ -82,7 +83,8 @@ class Session(InterpretabilityMixin):
         self.prefix_reuse = True  # False: every attention() recomputes the whole prompt (benchmarks)
         self._attention_state = None  # gptcore AttentionState of the last prompt
         self._attention_state_version = -1
-        self._init_interp()
+        self.swap_pending = threading.Event()  # set while a load/build waits for the lock
+        self.interp = Interpretability(self)
 
     # -- basics --------------------------------------------------------------------------
     @property
@@ -90,6 +92,45 @@ class Session(InterpretabilityMixin):
         if self._device is None:
             self._device = resolve_device(self._device_request)
         return self._device
+
+    def require_model(self):
+        """The loaded model, or an error saying to wait or open one (every domain asks this way)."""
+        if self.model is None:
+            raise RuntimeError("no model is loaded yet; wait for loading to finish or open one from the File menu")
+        return self.model
+
+    # -- interpretability: the domain in explorer/session_interp.py; these forward to it -----------
+    @property
+    def ablation(self) -> AblationState:
+        return self.interp.ablation
+
+    def set_ablation(self, heads=(), mlps=(), mode: str = "zero") -> AblationState:
+        return self.interp.set_ablation(heads, mlps, mode)
+
+    def clear_ablation(self) -> AblationState:
+        return self.interp.clear_ablation()
+
+    def toggle_head(self, layer: int, head: int, mode: str | None = None) -> AblationState:
+        return self.interp.toggle_head(layer, head, mode)
+
+    def toggle_mlp(self, layer: int, mode: str | None = None) -> AblationState:
+        return self.interp.toggle_mlp(layer, mode)
+
+    def resolve_token(self, text: str):
+        return self.interp.resolve_token(text)
+
+    def attribution(self, text: str, target: int | None = None, contrast="auto"):
+        return self.interp.attribution(text, target, contrast)
+
+    def patching(self, clean_text: str, corrupt_text: str, target: int, contrast, progress=None, cancel=None):
+        return self.interp.patching(clean_text, corrupt_text, target, contrast, progress=progress, cancel=cancel)
+
+    def patched_distribution(self, clean_text: str, corrupt_text: str, kind: str, layer: int, index: int,
+                             rows: int = 10):
+        return self.interp.patched_distribution(clean_text, corrupt_text, kind, layer, index, rows)
+
+    def head_census(self):
+        return self.interp.head_census()
 
     @property
     def has_model(self) -> bool:
@@ -145,8 +186,7 @@ class Session(InterpretabilityMixin):
                 if cancel is not None and cancel():
                     raise LoadCancelled("superseded by a newer model request; the current model is unchanged")
                 old, old_info = self.model, self.info
-                self._detach_ablation()  # the ablation named the old model's heads
-                self._census = None
+                self.interp.forget_model()  # its ablation named the old model's heads
                 self.model, self.info, self._device = model, info, model.device
                 self._tokenizer = tokenizer  # None: GPT-2's, made on first use
                 self.version += 1
@@ -242,13 +282,13 @@ class Session(InterpretabilityMixin):
         bar ("trained · step 1,200 of 2,000 · …"). Returns the new version."""
         import dataclasses
 
-        model = self._require_model()
+        model = self.require_model()
         with self.lock:
             model.load_state_dict(state_dict)
             model.eval()
             if name is not None:
                 self.info = dataclasses.replace(self.info, name=name)
-            self._census = None
+            self.interp.forget_results()
             self._attention_state = None
             self.version += 1
             version = self.version
@@ -302,8 +342,7 @@ class Session(InterpretabilityMixin):
 
         from gptcore.probes.attention import AttentionState, slack_step
 
-        if self.model is None:
-            raise RuntimeError("no model is loaded yet; wait for loading to finish or open one from the File menu")
+        self.require_model()
         ids = self.encode(text)
         with self.lock:
             model, version = self.model, self.version

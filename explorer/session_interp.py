@@ -1,5 +1,10 @@
-"""The session's "why" half: ablation as session state, direct logit attribution,
-activation patching and the head census. No Qt here (a mixin of `Session`).
+"""The session's "why" domain: ablation as session state, direct logit attribution,
+activation patching and the head census. No Qt here.
+
+It takes the session core explicitly (`Interpretability(core)`, made by `Session`) and uses
+only what the core offers every domain: `lock`, `model`, `version`, `events`, `swap_pending`,
+`require_model()`, `encode`, `token_strings`, `check_token_ids`. The core tells it when its
+model goes (`forget_model`, under the core's lock) or its weights move (`forget_results`).
 
 Ablation is state, not a per-call option: the hooks that knock components out are attached
 to the loaded model itself while an ablation is set, so every computation of every panel
@@ -11,7 +16,6 @@ heads, and `ModelSwapped` says so).
 """
 from __future__ import annotations
 
-import threading
 import time
 from importlib import resources
 
@@ -33,15 +37,24 @@ def _sample_prompts() -> list[str]:
     return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
 
 
-class InterpretabilityMixin:
-    """Mixed into Session; uses its `lock`, `model`, `version`, `encode`, `token_strings`,
-    `check_token_ids`, `tokenizer`."""
+class Interpretability:
+    """Ablation, attribution, patching and the head census of one session core (see the module docstring)."""
 
-    def _init_interp(self) -> None:
+    def __init__(self, core):
+        self.core = core
         self._ablation: AblationState = NO_ABLATION
         self._ablation_handles: list = []
         self._census: HeadCensusResult | None = None
-        self.swap_pending = threading.Event()  # set while a load/build waits for the lock
+
+    def forget_model(self) -> None:
+        """The core swaps its model (called under its lock): the ablation named the old model's
+        heads, the census measured it."""
+        self._detach_ablation()
+        self._census = None
+
+    def forget_results(self) -> None:
+        """Same model, other weights (a training step shown): the census is stale; the ablation stays."""
+        self._census = None
 
     # -- ablation ------------------------------------------------------------------------
     @property
@@ -57,8 +70,8 @@ class InterpretabilityMixin:
             raise ValueError(f"ablation mode must be one of {', '.join(APP_MODES)} in the app; got {mode!r} "
                              f"(resample needs a reference prompt aligned position by position: use "
                              f"gptcore.interventions.ablate from Python)")
-        with self.lock:
-            model = self._require_model()
+        with self.core.lock:
+            model = self.core.require_model()
             spec = make_ablation(model, heads, mlps, mode)
             cfg = model.config
             if len(spec.heads) == cfg.n_layer * cfg.n_head:
@@ -74,9 +87,9 @@ class InterpretabilityMixin:
             self._ablation_handles = [model.hook_dict[name].add_hook(fn) for name, fn in hooks]
             self._ablation = AblationState(spec.heads, spec.mlps, mode)
             self._census = None
-            self.version += 1
-            event = AblationChanged(before=before, after=self._ablation, version=self.version)
-        self.events.send(event)
+            self.core.version += 1
+            event = AblationChanged(before=before, after=self._ablation, version=self.core.version)
+        self.core.events.send(event)
         return event.after
 
     def clear_ablation(self) -> AblationState:
@@ -99,7 +112,7 @@ class InterpretabilityMixin:
     def _reference_ids(self, model) -> list[list[int]]:
         vocab, block = model.config.vocab_size, model.config.block_size
         try:
-            prompts = [self.encode(p)[-block:] for p in _sample_prompts()]
+            prompts = [self.core.encode(p)[-block:] for p in _sample_prompts()]
         except ValueError:  # a model without a tokenizer reads token ids, not the sample sentences
             prompts = []
         prompts = [p for p in prompts if p and max(p) < vocab]
@@ -108,34 +121,29 @@ class InterpretabilityMixin:
                              "vocabulary or tokenizer does not cover them) — use zero ablation")
         return prompts
 
-    def _require_model(self):
-        if self.model is None:
-            raise RuntimeError("no model is loaded yet; wait for loading to finish or open one from the File menu")
-        return self.model
-
     # -- tokens ----------------------------------------------------------------------------
     def resolve_token(self, text: str) -> TokenChoice:
         """' Mary' -> its one token; several tokens or none -> a message naming them."""
         if not text:
             raise ValueError("type a token (mind the leading space: ' Mary', not 'Mary')")
-        ids = self.encode(text)
+        ids = self.core.encode(text)
         if len(ids) != 1:
-            pieces = " + ".join(repr(s) for s in self.token_strings(ids))
+            pieces = " + ".join(repr(s) for s in self.core.token_strings(ids))
             raise ValueError(f"{text!r} is {len(ids)} tokens ({pieces}); a target must be one token — "
                              f"pick one of them")
-        if self.model is not None:
-            self.check_token_ids(ids)
-        return TokenChoice(ids[0], self.token_strings(ids)[0])
+        if self.core.model is not None:
+            self.core.check_token_ids(ids)
+        return TokenChoice(ids[0], self.core.token_strings(ids)[0])
 
     def _choice(self, token_id: int) -> TokenChoice:
-        return TokenChoice(int(token_id), self.token_strings([int(token_id)])[0])
+        return TokenChoice(int(token_id), self.core.token_strings([int(token_id)])[0])
 
     def _prompt_ids(self, text: str, what: str, model) -> list[int]:
-        ids = self.encode(text)
+        ids = self.core.encode(text)
         if not ids:
             raise ValueError(f"the {what} is empty; type a few words")
         ids = ids[-model.config.block_size:]
-        self.check_token_ids(ids, model)
+        self.core.check_token_ids(ids, model)
         return ids
 
     # -- attribution -------------------------------------------------------------------------
@@ -144,9 +152,9 @@ class InterpretabilityMixin:
         the top-2, or top-1 when the target is another token; None: no contrast)."""
         from gptcore.attribution import direct_logit_attribution
 
-        with self.lock:
-            model = self._require_model()
-            version, ablation = self.version, self._ablation
+        with self.core.lock:
+            model = self.core.require_model()
+            version, ablation = self.core.version, self._ablation
             ids = self._prompt_ids(text, "prompt", model)
             started = time.perf_counter()
             with torch.inference_mode():
@@ -164,7 +172,7 @@ class InterpretabilityMixin:
             dla = direct_logit_attribution(model, ids, int(target), None if contrast is None else int(contrast))
             elapsed = time.perf_counter() - started
         return AttributionResult(
-            text=text, token_ids=np.asarray(ids, dtype=np.int64), tokens=tuple(self.token_strings(ids)),
+            text=text, token_ids=np.asarray(ids, dtype=np.int64), tokens=tuple(self.core.token_strings(ids)),
             target=self._choice(dla.target), contrast=None if dla.contrast is None else self._choice(dla.contrast),
             heads=dla.heads.numpy(), attn=dla.attention.numpy(), mlps=dla.mlps.numpy(), embed=dla.embed,
             bias=dla.bias, total=dla.total, top=tuple(self._choice(t) for t in top), top_probs=top_p.cpu().numpy(),
@@ -178,15 +186,15 @@ class InterpretabilityMixin:
         from gptcore.patching import PatchingCancelled, patch_all
 
         def stop() -> bool:
-            return self.swap_pending.is_set() or (cancel is not None and cancel())
+            return self.core.swap_pending.is_set() or (cancel is not None and cancel())
 
         def report(done: int, total: int) -> None:
             if progress is not None:
                 progress(done, total, f"patching {done}/{total}")
 
-        with self.lock:
-            model = self._require_model()
-            version, ablation = self.version, self._ablation
+        with self.core.lock:
+            model = self.core.require_model()
+            version, ablation = self.core.version, self._ablation
             clean = self._prompt_ids(clean_text, "clean prompt", model)
             corrupt = self._prompt_ids(corrupt_text, "corrupted prompt", model)
             if len(clean) != len(corrupt):
@@ -198,13 +206,13 @@ class InterpretabilityMixin:
                 maps = patch_all(model, clean, corrupt, int(target), None if contrast is None else int(contrast),
                                  progress=report, cancel=stop)
             except PatchingCancelled:
-                if self.swap_pending.is_set():
+                if self.core.swap_pending.is_set():
                     raise ValueError("patching stopped: a new model is being loaded; run it again on the new model") from None
                 raise
             elapsed = time.perf_counter() - started
         return PatchingResult(
-            clean_text=clean_text, corrupt_text=corrupt_text, tokens=tuple(self.token_strings(clean)),
-            corrupt_tokens=tuple(self.token_strings(corrupt)), target=self._choice(target),
+            clean_text=clean_text, corrupt_text=corrupt_text, tokens=tuple(self.core.token_strings(clean)),
+            corrupt_tokens=tuple(self.core.token_strings(corrupt)), target=self._choice(target),
             contrast=None if contrast is None else self._choice(contrast),
             resid=maps["resid"].scores.numpy(), attn=maps["attn"].scores.numpy(), mlp=maps["mlp"].scores.numpy(),
             heads=maps["heads"].scores.numpy(), ld_clean=maps["heads"].ld_clean, ld_corrupt=maps["heads"].ld_corrupt,
@@ -215,9 +223,9 @@ class InterpretabilityMixin:
         """The corrupted prompt's next-token distribution with one cell of a map patched."""
         from gptcore.patching import patched_logits
 
-        with self.lock:
-            model = self._require_model()
-            version = self.version
+        with self.core.lock:
+            model = self.core.require_model()
+            version = self.core.version
             clean = self._prompt_ids(clean_text, "clean prompt", model)
             corrupt = self._prompt_ids(corrupt_text, "corrupted prompt", model)
             logits = patched_logits(model, clean, corrupt, kind, int(layer), int(index)).float()  # (V,)
@@ -226,11 +234,11 @@ class InterpretabilityMixin:
         probs = torch.softmax(logits, dim=-1)
         base_probs = torch.softmax(base, dim=-1)
         top_p, top_i = probs.topk(min(rows, probs.shape[0]))
-        strings = tuple(self.token_strings(top_i.tolist()))
+        strings = tuple(self.core.token_strings(top_i.tolist()))
         if kind == "heads":
             label = f"L{layer} H{index}"
         else:
-            label = f"{kind} L{layer} {self.token_strings([clean[index]])[0]!r} (pos {index})"
+            label = f"{kind} L{layer} {self.core.token_strings([clean[index]])[0]!r} (pos {index})"
         return PatchedDistribution(kind=kind, layer=int(layer), index=int(index), label=label, strings=strings,
                                    probs=top_p.cpu().numpy(), corrupt_probs=base_probs[top_i].cpu().numpy(),
                                    version=version)
@@ -240,9 +248,9 @@ class InterpretabilityMixin:
         """Every head's census scores for the loaded (and ablated) model; cached per version."""
         from gptcore.probes.census import head_census
 
-        with self.lock:
-            model = self._require_model()
-            if self._census is not None and self._census.version == self.version:
+        with self.core.lock:
+            model = self.core.require_model()
+            if self._census is not None and self._census.version == self.core.version:
                 return self._census
             census = head_census(model, half=CENSUS_HALF, batch=4, seed=0)
             result = HeadCensusResult(previous_token=census.previous_token.numpy(),
@@ -250,6 +258,6 @@ class InterpretabilityMixin:
                                       induction=census.induction.numpy(),
                                       position_copy=census.position_copy.numpy(),
                                       position_offset=census.position_offset.numpy(),
-                                      sequence_length=int(census.tokens.shape[1]), version=self.version)
+                                      sequence_length=int(census.tokens.shape[1]), version=self.core.version)
             self._census = result
             return result
