@@ -32,7 +32,9 @@ from .devices import check_fits, resolve_device
 from .session_events import EventHub, ModelSwapped, SettingsChanged, TrainingStepShown
 from .results import (NO_MODEL, AblationState, AttentionResult, Distribution, GeneratedToken, GradientResult,
                       ModelInfo, NextTokenLogits, PromptContext, ReferenceCurve, ResidualResult)
+from .session_generation import GenerationDomain
 from .session_interp import Interpretability
+from .session_residual import ResidualDomain
 
 ProgressFn = Callable[[int, int, str], None]
 
@@ -85,6 +87,8 @@ class Session:
         self._attention_state_version = -1
         self.swap_pending = threading.Event()  # set while a load/build waits for the lock
         self.interp = Interpretability(self)
+        self.residual = ResidualDomain(self)
+        self.generation = GenerationDomain(self)
 
     # -- basics --------------------------------------------------------------------------
     @property
@@ -392,160 +396,28 @@ class Session:
         state = self._attention_state
         return state.nbytes() if state is not None else 0
 
-
-    # --- residual ---
-    # Thin wrappers over gptcore.probes.residual / gradients. The probes build their own
-    # throw-away model per request (re-initialised per scheme and seed), so only reading
-    # the config and the loaded model's own curve need the lock.
+    # --- residual: the domain in explorer/session_residual.py; these forward to it ---
     def probe_config(self, overrides: dict | None = None) -> GPTConfig:
-        """The current model's config with `overrides` applied (a full config dict works too)."""
-        base = self.model.config.to_dict() if self.model is not None else GPTConfig().to_dict()
-        return GPTConfig.from_dict({**base, **(overrides or {})})
+        return self.residual.probe_config(overrides)
 
-    def residual_norms(self, config: dict | None = None, schemes=None, seeds=(0, 1, 2), batch: int = 4,
-                       length: int = 64, metric: str = "l2", tokens=None, progress: ProgressFn | None = None,
-                       cancel=None, with_model: bool = True) -> ResidualResult:
-        """Residual norm per layer boundary for each scheme (mean and spread over `seeds`),
-        plus the loaded model's own curve on the same prompts when it is trained."""
-        import time
+    def residual_norms(self, *args, **kwargs) -> ResidualResult:
+        return self.residual.residual_norms(*args, **kwargs)
 
-        from gptcore.init import INIT_SCHEMES
-        from gptcore.probes.residual import residual_norms
+    def model_residual_curve(self, *args, **kwargs) -> ReferenceCurve | None:
+        return self.residual.model_residual_curve(*args, **kwargs)
 
-        cfg = self.probe_config(config)
-        started = time.perf_counter()
-        curves = residual_norms(cfg, schemes=schemes or INIT_SCHEMES, seeds=seeds, batch=batch, length=length,
-                                metric=metric, tokens=tokens, device=self.device, progress=progress, cancel=cancel)
-        elapsed = time.perf_counter() - started
-        ref = self.model_residual_curve(batch, length, curves.seeds[0], metric, tokens) if with_model else None
-        return ResidualResult(curves=curves, reference=None if ref is None else ref.y,
-                              reference_name="" if ref is None else ref.name,
-                              version=self.version if ref is None else ref.version, elapsed_s=elapsed)
+    def gradient_flow(self, *args, **kwargs) -> GradientResult:
+        return self.residual.gradient_flow(*args, **kwargs)
 
-    def model_residual_curve(self, batch: int = 4, length: int = 64, seed: int = 0, metric: str = "l2",
-                             tokens=None) -> ReferenceCurve | None:
-        """The loaded model's own norm curve on the sweep's prompts (seed's random ids or
-        `tokens`); None unless a trained model is loaded (random weights are the sweep's job)."""
-        from gptcore.probes.residual import boundary_axis, model_residual_norms
-
-        with self.lock:
-            model, info, version = self.model, self.info, self.version
-            if model is None or info.status_word == "untrained":
-                return None
-            y = model_residual_norms(model, tokens=tokens, batch=batch, length=length, seed=seed, metric=metric)
-        x, _labels = boundary_axis(model.config.n_layer)
-        return ReferenceCurve(x=x, y=y, name=info.name, version=version)
-
-    def gradient_flow(self, config: dict | None = None, schemes=None, seeds=(0, 1, 2), batch: int = 4,
-                      length: int = 64, quantity: str = "params", tokens=None, progress: ProgressFn | None = None,
-                      cancel=None) -> GradientResult:
-        """Per-block gradient norm of the LM loss on random targets, for each scheme."""
-        import time
-
-        from gptcore.init import INIT_SCHEMES
-        from gptcore.probes.gradients import gradient_flow
-
-        cfg = self.probe_config(config)
-        started = time.perf_counter()
-        curves = gradient_flow(cfg, schemes=schemes or INIT_SCHEMES, seeds=seeds, batch=batch, length=length,
-                               quantity=quantity, tokens=tokens, device=self.device, progress=progress, cancel=cancel)
-        return GradientResult(curves=curves, version=self.version, elapsed_s=time.perf_counter() - started)
-
-    # --- generation ---
-    # Thin wrappers over gptcore.generation / gptcore.sampling. The pane runs ONE forward
-    # per prompt (`next_token_logits`); every slider move reshapes those logits with
-    # `distribution`, the same function the sampler uses, so the bars show what is drawn.
+    # --- generation: the domain in explorer/session_generation.py; these forward to it ---
     def prompt_context(self, text: str) -> PromptContext:
-        """The ids the model reads for `text`: <|endoftext|> when empty, the last
-        block_size tokens when longer (tokenizer only, cheap enough for the GUI thread)."""
-        tok = self.tokenizer
-        ids = self.encode(text)
-        from_eot = not ids
-        if from_eot:
-            if tok.eot_token is None:
-                raise ValueError("this model's tokenizer has no end-of-text token to start from: type a prompt")
-            ids = [tok.eot_token]
-        block = self.model.config.block_size
-        cropped = max(0, len(ids) - block)
-        kept = ids[cropped:]
-        return PromptContext(ids=np.asarray(kept, dtype=np.int64), text=tok.decode(kept),
-                             cropped=cropped, total_tokens=len(ids), from_eot=from_eot, block_size=block)
+        return self.generation.prompt_context(text)
 
     def next_token_logits(self, text: str) -> NextTokenLogits:
-        """One forward over the (cropped) prompt; the last position's logits as numpy."""
-        context = self.prompt_context(text)
-        with self.lock:
-            model, version = self.model, self.version
-            self.check_token_ids(context.ids, model)
-            with torch.inference_mode():
-                x = torch.as_tensor(context.ids, device=model.device)[None]  # (1, T)
-                logits = model(x, logits="last")[0, -1].float().cpu().numpy()  # (V,)
-        from gptcore.sampling import default_vocab_limit
+        return self.generation.next_token_logits(text)
 
-        return NextTokenLogits(logits=logits, context=context, version=version,
-                               vocab_limit=default_vocab_limit(logits.shape[0]))
-
-    def distribution(self, result: NextTokenLogits, *, temperature: float = 1.0, top_k: int | None = None,
-                     top_p: float | None = None, repetition_penalty: float = 1.0,
-                     rows: int = 20) -> Distribution:
-        """The next-token distribution under the settings, from cached logits (no forward).
-
-        Rows: the `rows` most likely tokens after the settings, then (where the settings
-        masked tokens) the masked ones the model itself liked best, so masking shows.
-        """
-        from gptcore.sampling import next_token_distribution
-
-        limit = result.vocab_limit
-        logits = torch.from_numpy(result.logits)
-        probs = next_token_distribution(
-            logits, temperature=temperature, top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty,
-            context=torch.from_numpy(result.context.ids), vocab_limit=limit,
-        ).double().numpy()[:limit]  # (V',)
-        model_probs = torch.softmax(logits[:limit].double(), dim=-1).numpy()  # (V',) T = 1, nothing masked
-        masked = probs <= 0
-        # One key orders rows: kept tokens (1 + p > 1) above masked ones (the model's p <= 1).
-        rank = np.where(masked, model_probs, 1.0 + probs)  # (V',)
-        top = np.argpartition(-rank, min(rows, limit) - 1)[:rows]
-        order = top[np.argsort(-rank[top], kind="stable")]
-        kept = probs[~masked]
-        entropy = float(-(kept * np.log2(kept)).sum())
-        return Distribution(
-            ids=order.astype(np.int64), strings=tuple(self.token_strings(order)),
-            probs=probs[order], model_probs=model_probs[order],
-            masked_count=int(masked.sum()), masked_mass=float(model_probs[masked].sum()),
-            vocab=limit, entropy_bits=max(0.0, entropy),
-        )
+    def distribution(self, result: NextTokenLogits, **settings) -> Distribution:
+        return self.generation.distribution(result, **settings)
 
     def generate_stream(self, ids, settings: dict, cancel=None) -> Iterator[GeneratedToken]:
-        """Tokens one by one (KV-cached), each with its text and the alternatives it beat.
-
-        The lock is taken per step, so other panels can run between tokens. The stream
-        ends quietly when `cancel()` turns True or the model is swapped (the old model
-        must not keep writing into a pane that now shows a new one).
-        """
-        import codecs
-
-        from gptcore.generation import generate
-
-        tok = self.tokenizer
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        with self.lock:
-            model, version = self.model, self.version
-            self.check_token_ids(ids, model)
-            steps = generate(model, [int(i) for i in ids], max_new_tokens=int(settings.get("max_new_tokens", 50)),
-                             temperature=settings.get("temperature", 1.0), top_k=settings.get("top_k"),
-                             top_p=settings.get("top_p"), repetition_penalty=settings.get("repetition_penalty", 1.0),
-                             seed=settings.get("seed"), n_alternatives=int(settings.get("n_alternatives", 8)),
-                             cancel=cancel)
-        while True:
-            with self.lock:
-                if self.version != version:
-                    return
-                step = next(steps, None)
-            if step is None:
-                return
-            # Multi-byte characters split over tokens (emoji) appear with the token that completes them.
-            text = decoder.decode(tok.token_bytes(step.token))
-            alternatives = tuple((tok.token_str(t), p) for t, p in step.alternatives)
-            yield GeneratedToken(token=step.token, text=text, prob=step.prob, alternatives=alternatives,
-                                 position=step.position)
+        return self.generation.generate_stream(ids, settings, cancel)
