@@ -32,6 +32,7 @@ from .devices import check_fits, resolve_device
 from .session_events import EventHub, ModelSwapped, SettingsChanged, TrainingStepShown
 from .results import (NO_MODEL, AblationState, AttentionResult, Distribution, GeneratedToken, GradientResult,
                       ModelInfo, NextTokenLogits, PromptContext, ReferenceCurve, ResidualResult)
+from .session_attention import AttentionDomain
 from .session_generation import GenerationDomain
 from .session_interp import Interpretability
 from .session_residual import ResidualDomain
@@ -82,11 +83,9 @@ class Session:
         self.info = info or (NO_MODEL if model is None else _model_info(model, name="model", trained=False, source=""))
         self.version = 0 if model is None else 1
         self._tokenizer = None
-        self.prefix_reuse = True  # False: every attention() recomputes the whole prompt (benchmarks)
-        self._attention_state = None  # gptcore AttentionState of the last prompt
-        self._attention_state_version = -1
         self.swap_pending = threading.Event()  # set while a load/build waits for the lock
         self.interp = Interpretability(self)
+        self.attention_domain = AttentionDomain(self)
         self.residual = ResidualDomain(self)
         self.generation = GenerationDomain(self)
 
@@ -195,7 +194,7 @@ class Session:
                 self._tokenizer = tokenizer  # None: GPT-2's, made on first use
                 self.version += 1
                 version = self.version
-                self._attention_state = None  # holds the old model and its keys/values
+                self.attention_domain.forget()  # holds the old model and its keys/values
         finally:
             self.swap_pending.clear()
         del old
@@ -268,7 +267,7 @@ class Session:
         with self.lock:
             self.version += 1
             version = self.version
-            self._attention_state = None
+            self.attention_domain.forget()
         self.events.send(SettingsChanged(what=what, version=version))
         return version
 
@@ -293,7 +292,7 @@ class Session:
             if name is not None:
                 self.info = dataclasses.replace(self.info, name=name)
             self.interp.forget_results()
-            self._attention_state = None
+            self.attention_domain.forget()
             self.version += 1
             version = self.version
         self.events.send(TrainingStepShown(step=int(step), version=version))
@@ -333,68 +332,24 @@ class Session:
         info = _model_info(model, name="tiny (test)", trained=False, source="Session.tiny")
         return cls(model, info)
 
-    # --- attention ---
-    # A thin wrapper over gptcore.probes.attention: one forward with a bounded capture
-    # (thumbnails for every head, full resolution for `full_layers`), numpy out. The last
-    # prompt's reusable parts (keys/values, pooled sums, per-row stats) are kept in an
-    # AttentionState, so a keystroke runs only the changed suffix; the state is dropped on a
-    # model swap (version), a settings change, or `clear_attention_cache()` (interventions).
-    def attention(self, text: str, *, full_layers=(), thumb_size: int = 64, prepend_bos: bool = False,
-                  lens_top_k: int = 5) -> AttentionResult:
-        """Every layer's and head's attention for `text` (cropped from the left to block_size)."""
-        import time
-
-        from gptcore.probes.attention import AttentionState, slack_step
-
-        self.require_model()
-        ids = self.encode(text)
-        with self.lock:
-            model, version = self.model, self.version
-            bos = self.tokenizer.eot_token if prepend_bos else None
-            if prepend_bos and bos is None:
-                raise ValueError("this model's tokenizer has no end-of-text token to prepend: untick "
-                                 "'prepend <|endoftext|>'")
-            # Past block_size the window moves on by an eighth at a time, so keys reuse its prefix.
-            settings = dict(full_layers=full_layers, thumb_size=thumb_size, lens_top_k=lens_top_k, bos=bos,
-                            crop_step=slack_step(model.config.block_size))
-            state = self._attention_state
-            if not self.prefix_reuse:  # a plain one-shot capture; the kept state stays as it is
-                state = AttentionState(model, **settings, keep=False)
-            elif state is None or self._attention_state_version != version or not state.matches(model, **settings):
-                state = self._attention_state = None  # let the old one go before allocating anew
-                state = AttentionState(model, **settings)
-                self._attention_state, self._attention_state_version = state, version
-            started = time.perf_counter()
-            cap = state.capture(ids)
-            elapsed = time.perf_counter() - started
-        if cap.lens is not None:
-            lens_ids = cap.lens.top_ids.numpy()
-            lens_probs = cap.lens.top_probs.numpy()
-        else:
-            lens_ids = np.zeros((model.config.n_layer, 0), dtype=np.int64)
-            lens_probs = np.zeros((model.config.n_layer, 0), dtype=np.float32)
-        return AttentionResult(
-            text=text, token_ids=np.asarray(cap.token_ids, dtype=np.int64),
-            tokens=tuple(self.token_strings(cap.token_ids)), cropped=cap.cropped, total_tokens=len(ids),
-            block_size=model.config.block_size, bos_added=cap.bos_added,
-            thumbnails=cap.thumbnails.numpy(), bin_edges=cap.bin_edges.numpy(),
-            full={layer: p.numpy() for layer, p in cap.full_patterns().items()}, exact=cap.exact,
-            entropy=cap.entropy.numpy(), prev_token=cap.prev_token.numpy(), first_token=cap.first_token.numpy(),
-            lens_ids=lens_ids, lens_probs=lens_probs,
-            lens_tokens=tuple(tuple(self.token_strings(row)) for row in lens_ids),
-            version=version, forward_s=elapsed, reused_tokens=cap.meta.get("reused_tokens", 0),
-            crop_step=settings["crop_step"],
-        )
+    # --- attention: the domain in explorer/session_attention.py; these forward to it ---
+    def attention(self, text: str, **options) -> AttentionResult:
+        return self.attention_domain.attention(text, **options)
 
     def clear_attention_cache(self) -> None:
-        """Forget the kept attention state (call after anything that changes what the model computes)."""
-        with self.lock:
-            self._attention_state = None
+        self.attention_domain.clear_cache()
 
     def attention_cache_bytes(self) -> int:
-        """Memory the kept attention state holds on the model's device (0 when none)."""
-        state = self._attention_state
-        return state.nbytes() if state is not None else 0
+        return self.attention_domain.cache_bytes()
+
+    @property
+    def prefix_reuse(self) -> bool:
+        """False: every attention() recomputes the whole prompt (benchmarks)."""
+        return self.attention_domain.prefix_reuse
+
+    @prefix_reuse.setter
+    def prefix_reuse(self, on: bool) -> None:
+        self.attention_domain.prefix_reuse = bool(on)
 
     # --- residual: the domain in explorer/session_residual.py; these forward to it ---
     def probe_config(self, overrides: dict | None = None) -> GPTConfig:

@@ -147,7 +147,8 @@ class Interpretability:
         return ids
 
     # -- attribution -------------------------------------------------------------------------
-    def attribution(self, text: str, target: int | None = None, contrast: int | None | str = "auto") -> AttributionResult:
+    def attribution(self, text: str, target: int | None = None,
+                    contrast: int | None | str = "auto") -> AttributionResult:
         """DLA of `target` (default: the model's top-1 next token) minus `contrast` ("auto":
         the top-2, or top-1 when the target is another token; None: no contrast)."""
         from gptcore.attribution import direct_logit_attribution
@@ -207,7 +208,8 @@ class Interpretability:
                                  progress=report, cancel=stop)
             except PatchingCancelled:
                 if self.core.swap_pending.is_set():
-                    raise ValueError("patching stopped: a new model is being loaded; run it again on the new model") from None
+                    raise ValueError("patching stopped: a new model is being loaded; run it again on the new "
+                                     "model") from None
                 raise
             elapsed = time.perf_counter() - started
         return PatchingResult(

@@ -30,6 +30,7 @@ RULES = [
     ("explorer/session.py", QT, "the session is headless: no Qt"),
     ("explorer/session_interp.py", QT, "the session's attribution/ablation/patching domain is headless: no Qt"),
     ("explorer/session_generation.py", QT, "the session's generation domain is headless: no Qt"),
+    ("explorer/session_attention.py", QT, "the session's attention domain is headless: no Qt"),
     ("explorer/session_residual.py", QT, "the session's residual domain is headless: no Qt"),
     ("explorer/session_events.py", QT, "the session's events are headless: no Qt"),
     ("explorer/devices.py", QT, "the session's device and memory checks are headless: no Qt"),
