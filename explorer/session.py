@@ -1,5 +1,11 @@
 """The headless heart of the app: one model, its tokenizer and device. No Qt here.
 
+This is the core (model, tokenizer, device, lock, version, events). The domain work lives in
+objects that take the core explicitly: `attention_domain` (session_attention.py), `generation`
+(session_generation.py), `residual` (session_residual.py) and `interp` (session_interp.py:
+ablation, attribution, patching, census); the core tells them when its model goes or its
+weights move. The methods of those names here are one-line forwards kept for callers.
+
 Panels never touch torch: every method takes plain Python values and returns frozen
 dataclasses of numpy arrays or plain values. That keeps the views testable without a
 model and lets the same calls run from a script.
