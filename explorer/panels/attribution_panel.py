@@ -18,8 +18,9 @@ from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QComboBox, QGridLayout, QHBoxLayout, QLabel, QMenu, QPlainTextEdit, QProgressBar,
-                               QPushButton, QSplitter, QTabWidget, QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QComboBox, QFrame, QGridLayout, QHBoxLayout, QLabel, QMenu, QPlainTextEdit,
+                               QProgressBar, QPushButton, QScrollArea, QSplitter, QTabWidget, QToolButton, QVBoxLayout,
+                               QWidget)
 
 from .census_table import CensusTable
 from .csv_meta import with_metadata
@@ -45,6 +46,7 @@ class Pick(enum.Enum):
 
 PATCH_KINDS = (("resid", "residual stream (block input)"), ("attn", "attention output"),
                ("mlp", "MLP output"), ("heads", "each head (all positions)"))
+PATCH_MAP_MIN = (220, 190)  # px: 12 layers' rows stay apart, the axes and colour bar keep their ticks
 EXPORTS = (("bars", "DLA per layer"), ("heads", "DLA per head"), ("resid", "patching: residual"),
            ("attn", "patching: attention"), ("mlp", "patching: MLP"), ("pheads", "patching: heads"),
            ("census", "head census"))
@@ -207,9 +209,12 @@ class AttributionPanel(QWidget):
         self.patch_message.setWordWrap(True)
         self.patch_message.setTextFormat(Qt.TextFormat.RichText)
         self.patch_maps: dict[str, ValueHeatmap] = {}
-        maps = QGridLayout()
+        maps_box = QWidget()
+        maps = QGridLayout(maps_box)
+        maps.setContentsMargins(0, 0, 0, 0)
         for i, (kind, title) in enumerate(PATCH_KINDS):
             view = ValueHeatmap(title, value_label="restored")
+            view.setMinimumSize(*PATCH_MAP_MIN)  # readable rows; below that the maps scroll
             view.cellClicked.connect(lambda r, c, kind=kind: self.cellClicked.emit(kind, r, c))
             view.hoverText.connect(self.status_label.setText)
             self.patch_maps[kind] = view
@@ -230,7 +235,11 @@ class AttributionPanel(QWidget):
         left.addLayout(run_row)
         left.addWidget(self.progress)
         left.addWidget(self.patch_message)
-        left.addLayout(maps, 1)
+        self.maps_scroll = QScrollArea()
+        self.maps_scroll.setWidget(maps_box)
+        self.maps_scroll.setWidgetResizable(True)
+        self.maps_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        left.addWidget(self.maps_scroll, 1)
         patching = QSplitter(Qt.Orientation.Horizontal)
         patching.addWidget(patch_left)
         patching.addWidget(self.patched)

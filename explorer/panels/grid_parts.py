@@ -94,6 +94,7 @@ class ColumnAxis(pg.AxisItem):
         super().__init__(orientation)
         self._prefix, self._count, self._step = prefix, 0, 0
         self.enableAutoSIPrefix(False)
+        self.setStyle(hideOverlappingLabels=False)  # thinned here; 'H0' at the edge may pass the axis's end a little
 
     def set_count(self, count: int) -> None:
         self._count = count

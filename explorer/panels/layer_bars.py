@@ -12,6 +12,7 @@ import io
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 ATTN_COLOUR = "#2563eb"
@@ -22,11 +23,14 @@ OTHER_COLOUR = "#9ca3af"
 class LayerBars(QWidget):
     """Passive view: `set_parts(attn, mlps, embed, bias, caption)` in, nothing out."""
 
+    GAP_PX = 6
+
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self._attn = np.zeros(0)
         self._mlps = np.zeros(0)
         self._embed = self._bias = 0.0
+        self._label_step = 1
         self.caption = QLabel("Direct logit attribution per layer")
         self.caption.setTextFormat(Qt.TextFormat.RichText)
         self.caption.setWordWrap(True)
@@ -65,13 +69,33 @@ class LayerBars(QWidget):
         self.attn_bars.setOpts(x=xs - 0.2, height=self._attn)
         self.mlp_bars.setOpts(x=xs + 0.2, height=self._mlps)
         self.other_bars.setOpts(x=[0.0, L + 1.0], height=[self._embed, self._bias])
-        ticks = [(0.0, "emb")] + [(float(i + 1), f"L{i}") for i in range(L)] + [(L + 1.0, "bias")]
-        step = max(1, L // 24)
-        self.plot.getAxis("bottom").setTicks([[t for i, t in enumerate(ticks) if i % step == 0 or i == len(ticks) - 1]])
+        self._fit_ticks()
         self.plot.setXRange(-0.7, L + 1.7, padding=0)
         self._show_frame(True)
         if caption:
             self.caption.setText(caption)
+
+    def _fit_ticks(self) -> None:
+        """'emb', every k-th layer and 'bias', k as small as keeps the labels apart at the axis's width
+        (12 layers in a 900-px window read 'emb L1 L3 …', not 'embL0L1…')."""
+        L = len(self._attn)
+        ticks = [(0.0, "emb")] + [(float(i + 1), f"L{i}") for i in range(L)] + [(L + 1.0, "bias")]
+        axis = self.plot.getAxis("bottom")
+        metrics = QFontMetrics(axis.style.get("tickFont") or self.plot.font())
+        need = max(metrics.horizontalAdvance(t) for _, t in ticks) + self.GAP_PX
+        length = self.plot.width() - self.plot.getAxis("left").width() - 8  # the widget's: known at once on a resize
+        per_unit = max(length, 1) / (L + 2.4)  # the x range is L + 2.4 units wide
+        step = next(s for s in range(1, len(ticks) + 1) if s * per_unit >= need or s == len(ticks))
+        last = len(ticks) - 1  # 'bias' always; a layer closer to it than a step would touch it
+        self._label_step = step
+        axis.setTicks([[t for i, t in enumerate(ticks) if i == last or (i % step == 0 and last - i >= step)]])
+
+    def label_step(self) -> int:
+        return self._label_step
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self._fit_ticks()
 
     def clear_data(self, caption: str = "") -> None:
         """No bars and no axes (an empty chart's ±0.2 and emb/bias ticks meant nothing); `caption` says why."""

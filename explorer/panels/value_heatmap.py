@@ -15,6 +15,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt, Signal
 
+from .plot_title import wrapping_title
 DIVERGING = "CET-D1"  # blue – white – red, bundled with pyqtgraph
 MARK_COLOUR = "#111827"
 SELECT_COLOUR = "#22d3ee"
@@ -26,6 +27,7 @@ class _LabelAxis(pg.AxisItem):
     def __init__(self, orientation: str):
         super().__init__(orientation)
         self.enableAutoSIPrefix(False)
+        self.setStyle(hideOverlappingLabels=False)  # thinned here; the edge labels ('H0') may pass the end a little
 
     def set_labels(self, labels: list[str], max_labels: int = 40) -> None:
         step = max(1, math.ceil(len(labels) / max(1, max_labels)))
@@ -56,6 +58,7 @@ class ValueHeatmap(pg.GraphicsLayoutWidget):
         self.plot.hideButtons()
         self.plot.setMouseEnabled(x=False, y=False)
         self.plot.invertY(True)  # layer 0 on top, as in the attention grid
+        wrapping_title(self.plot)  # a long title wraps, never pushing the colour bar out of the widget
         if title:
             self.plot.setTitle(title, size="9pt")
         self.image = pg.ImageItem(axisOrder="row-major")
