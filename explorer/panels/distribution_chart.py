@@ -39,9 +39,12 @@ def _short(label: str) -> str:
 class DistributionChart(QWidget):
     """Passive view: `set_distribution(...)` in, nothing out."""
 
+    MIN_ROWS = 5
+
     def __init__(self, parent: QWidget | None = None, rows: int = 20):
         super().__init__(parent)
         self._rows = rows
+        self._note, self._shown = "", 0
         self._labels: list[str] = []
         self._probs = np.zeros(0)
         self._model_probs = np.zeros(0)
@@ -131,13 +134,33 @@ class DistributionChart(QWidget):
         metrics = QFontMetrics(left.style.get("tickFont") or self.plot.font())
         left.setWidth(max((metrics.horizontalAdvance(t) for _, t in ticks), default=20) + 16)
         self.plot.setXRange(0, top * 1.22, padding=0)
-        self.plot.setYRange(-0.6, max(k, 1) - 0.4, padding=0)
+        self._note = note
+        self._fit_rows()
         for side in ("left", "bottom"):  # no bars: axes and grid would only show meaningless ticks
             self.plot.showAxis(side, k > 0)
         self.plot.showGrid(x=k > 0, y=False, alpha=0.25)
         if caption:
             self.caption.setText(caption)
-        self.note.setText(note)
+
+    def _fit_rows(self) -> None:
+        """As many rows as fit a line of text each: a short chart (a 600-px window) shows the top
+        rows readable, not 20 labels on top of each other; the note says how many are shown."""
+        k = len(self._labels)
+        row_px = QFontMetrics(self.plot.getAxis("left").style.get("tickFont") or self.plot.font()).height() + 2
+        room = self.plot.height() - (self.plot.getAxis("bottom").height() if k else 0) - 8
+        shown = min(k, max(self.MIN_ROWS, int(room / row_px)))
+        self._shown = shown
+        self.plot.setYRange(-0.6, max(shown, 1) - 0.4, padding=0)
+        more = f"top {shown} of {k} shown (a taller window shows all)" if shown < k else ""
+        self.note.setText(" · ".join(t for t in (self._note, more) if t))
+
+    def shown_rows(self) -> int:
+        """How many of the rows fit the chart's height (the others are below its end)."""
+        return self._shown
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self._fit_rows()
 
     # -- read back (tests, export) -------------------------------------------------------
     def bar_labels(self) -> list[str]:
