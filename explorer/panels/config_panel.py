@@ -8,7 +8,7 @@ with `set_field_error(field, message)`, in which case the last valid readout sta
 """
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import (QAbstractSpinBox, QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout,
                                QGraphicsOpacityEffect, QGridLayout, QGroupBox, QLabel, QLineEdit, QProgressBar,
@@ -153,7 +153,7 @@ class ConfigPanel(QWidget):
         column.addWidget(build_box)
         column.addStretch(1)
 
-        scroll = QScrollArea()
+        scroll = self.form_scroll = QScrollArea()
         scroll.setWidget(box)
         scroll.setWidgetResizable(True)
         scroll.setMinimumWidth(300)
@@ -314,6 +314,11 @@ class ConfigPanel(QWidget):
         self.cancel_build_button.setVisible(busy)
         if busy:
             self.build_progress.setRange(0, 0)
+            QTimer.singleShot(0, self, self._scroll_to_build)  # once the layout has made room for them
+
+    def _scroll_to_build(self) -> None:
+        """The progress bar and Cancel appear below Build, past the form's end in a 820-px window: scroll there."""
+        self.form_scroll.ensureWidgetVisible(self.cancel_build_button, 0, 4)
 
     def set_build_progress(self, done: int, total: int, message: str) -> None:
         self.build_progress.setRange(0, max(total, 1))
