@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from PySide6.QtCore import QSettings
+from PySide6.QtGui import QImage, QPainter
 
 from explorer.main_window import MainWindow
 from explorer.registry import PANELS
@@ -61,3 +62,119 @@ def test_a_long_error_wraps_without_squeezing_the_prompt_box(qtbot, many_heads_w
     assert page.view.prompt.width() >= before - 2 and page.view.prompt.width() > page.view.width() * 0.5
     assert page.view.status_label.wordWrap()
     qtbot.waitUntil(lambda: not many_heads_window.runner.busy, timeout=WAIT_MS)
+
+
+# -- issue 23, "small windows": a GPT-2-shaped grid (12 × 12) at 900×600 and 1280×820 ------------------------
+
+@pytest.fixture
+def gpt2_grid_window(qtbot, runner, tmp_path):
+    session = Session.tiny(n_layer=12, n_head=12, n_embd=48, block_size=64)
+    w = MainWindow(session, runner, settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(w)
+    w.resize(900, 600)
+    w.show()
+    yield w
+    qtbot.waitUntil(lambda: not w.runner.busy, timeout=WAIT_MS)
+
+
+def drawn_labels(axis) -> list[tuple]:
+    """(rect, text) of each tick label the axis paints now (pyqtgraph drops those it would clip)."""
+    image = QImage(8, 8, QImage.Format.Format_ARGB32)
+    painter = QPainter(image)
+    try:
+        specs = axis.generateDrawSpecs(painter)
+    finally:
+        painter.end()
+    return [] if specs is None else [(rect, text) for rect, _flags, text in specs[2]]
+
+
+def _apart(labels) -> bool:
+    rects = sorted((rect for rect, _text in labels), key=lambda r: r.left())
+    return all(a.right() <= b.left() for a, b in zip(rects, rects[1:]))
+
+
+def _attribution(qtbot, window):
+    page = window.show_panel("attribution")
+    page.set_prompt("When Mary and John went to the store, John gave a drink to")
+    qtbot.waitUntil(lambda: page.controller.result is not None and page.view.heads.values.size > 0, timeout=WAIT_MS)
+    qtbot.wait(100)  # the splitter's layout settles
+    return page.view
+
+
+def test_the_dla_head_map_keeps_its_colour_bar_and_the_layer_bars_thin_their_labels(qtbot, gpt2_grid_window):
+    """At 900 px the map's one-line title was wider than the map: the colour bar was pushed out of the
+    widget (only its title showed), and the per-layer bars read 'embL0L1…'."""
+    view = _attribution(qtbot, gpt2_grid_window)
+    heads = view.heads
+    bar = heads.colorbar.bar.sceneBoundingRect()
+    assert bar.right() <= heads.width() and bar.height() >= 100  # on screen, tall
+    ticks = [text for _rect, text in drawn_labels(heads.colorbar.axis)]
+    assert len(ticks) >= 3 and "0" in ticks  # a scale with numbers
+    assert heads.plot.titleLabel.is_wrapped()  # the long title takes two lines instead
+    columns = [text for _rect, text in drawn_labels(heads.bottom_axis)]
+    assert columns[0] == "H0" and columns[-1] == "MLP"  # the edge labels are drawn too
+    bars = view.bars
+    assert bars.label_step() > 1
+    labels = drawn_labels(bars.plot.getAxis("bottom"))
+    texts = [text for _rect, text in labels]
+    assert texts[0] == "emb" and texts[-1] == "bias" and 2 < len(texts) < 14
+    assert _apart(labels)
+
+
+def test_the_patching_maps_keep_a_readable_size_and_scroll(qtbot, gpt2_grid_window):
+    """They shrank to ~30-px slivers at 900×600; now each keeps its minimum and the four scroll."""
+    from explorer.panels.attribution_panel import PATCH_MAP_MIN
+
+    view = _attribution(qtbot, gpt2_grid_window)
+    view.tabs.setCurrentIndex(1)
+    qtbot.wait(100)
+    for heatmap in view.patch_maps.values():
+        assert heatmap.height() >= PATCH_MAP_MIN[1] and heatmap.width() >= PATCH_MAP_MIN[0]
+    assert view.maps_scroll.verticalScrollBar().maximum() > 0  # the second row is a scroll away
+
+
+def test_next_token_rows_that_do_not_fit_are_left_out_not_overlapped(qtbot, gpt2_grid_window):
+    page = gpt2_grid_window.show_panel("generation")
+    page.set_prompt("When Mary and John went to the store, John gave a drink to")
+    chart = page.view.chart
+    qtbot.waitUntil(lambda: len(chart.bar_labels()) == 20, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: page.controller.last_run is not None, timeout=WAIT_MS)  # the prompt's generation ended
+    qtbot.wait(100)
+    shown = chart.shown_rows()
+    assert 5 <= shown < 20 and f"top {shown} of 20 shown" in chart.note.text()
+    labels = drawn_labels(chart.plot.getAxis("left"))
+    rects = sorted((rect for rect, _t in labels), key=lambda r: r.top())
+    assert len(rects) == shown and all(a.bottom() <= b.top() + 1 for a, b in zip(rects, rects[1:]))
+    gpt2_grid_window.resize(1280, 820)
+    qtbot.waitUntil(lambda: chart.shown_rows() == 20, timeout=5000)  # room again: all rows
+    assert "shown" not in chart.note.text()
+
+
+def test_build_progress_and_cancel_scroll_into_view_at_1280_by_820(qtbot, gpt2_grid_window):
+    gpt2_grid_window.resize(1280, 820)
+    page = gpt2_grid_window.show_panel("config")
+    qtbot.waitUntil(lambda: page.is_ready, timeout=WAIT_MS)
+    view = page.view
+    viewport = view.form_scroll.viewport()
+    view.set_build_busy(True)
+    try:
+        def in_view(widget) -> bool:
+            top = widget.mapTo(viewport, widget.rect().topLeft())
+            bottom = widget.mapTo(viewport, widget.rect().bottomRight())
+            return widget.isVisible() and top.y() >= 0 and bottom.y() <= viewport.height()
+
+        qtbot.waitUntil(lambda: in_view(view.cancel_build_button) and in_view(view.build_progress), timeout=5000)
+    finally:
+        view.set_build_busy(False)
+
+
+def test_the_attention_grid_draws_its_first_head_label(qtbot, gpt2_grid_window):
+    """'H0' sits at the axis's end; pyqtgraph dropped it as clipped ('H2 H4 …' at 900 px)."""
+    page = gpt2_grid_window.show_panel("attention")
+    page.set_prompt("When Mary and John went to the store, John gave a drink to")
+    qtbot.waitUntil(lambda: page.controller.result is not None, timeout=WAIT_MS)
+    qtbot.wait(100)
+    top = [text for _r, text in drawn_labels(page.view.grid.top_axis)]
+    left = [text for _r, text in drawn_labels(page.view.grid.left_axis)]
+    assert top and top[0] == "H0" and _apart(drawn_labels(page.view.grid.top_axis))
+    assert left[0] == "L0" and left[-1] in ("L11", "L10")
