@@ -72,6 +72,7 @@ class ResidualController(PanelController):
         self.last_settings: dict[str, dict] = {}
         self.probe_bases: dict[str, dict] = {}  # view -> the model-derived config the sweep ran on
         self.statuses: dict[str, str] = {}  # view -> its status line (the view shown says its own)
+        self._running_view: str | None = None  # the view the sweep in flight measures
         panel.runRequested.connect(self.run)
         panel.cancelRequested.connect(self.cancel)
         panel.exportRequested.connect(self._export_dialog)
@@ -161,6 +162,7 @@ class ResidualController(PanelController):
             self._on_error(exc)
             return
         self.view.set_busy(True)
+        self._running_view = view
         self.view.set_progress(0, steps * len(runs), "starting")
         self._set_status(view, f"Measuring {describe(settings)}…")
         # Not self.submit: the random-init sweep does not depend on the loaded model, so a swap
@@ -262,7 +264,13 @@ class ResidualController(PanelController):
         self.mark_ready()
 
     def _on_finished(self) -> None:
+        """A sweep ended. If the user switched to a view with no data while it ran (the switch
+        does not start a second sweep meanwhile), that view's first sweep starts now."""
         self.view.set_busy(False)
+        ran, self._running_view = self._running_view, None
+        current = self.view.current_view
+        if ran is not None and ran != current and current not in self.results and self.ctx.session.has_model:
+            self.run()
 
     def _on_error(self, exc: BaseException) -> None:
         text = self.report_error(exc, "Residual measurement failed").inline

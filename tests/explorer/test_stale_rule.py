@@ -78,3 +78,23 @@ def test_live_request_with_nothing_to_run_is_not_in_flight():
     live = LiveRequest(lambda done: False, debounce_ms=10)
     live.now()
     assert not live.in_flight
+
+
+def test_a_view_switched_to_during_a_sweep_gets_its_own_sweep_when_that_one_ends(qtbot, panel_context):
+    """Residual: switching to a view with no data while a sweep runs starts no second sweep at
+    once, but the view must not stay empty: its sweep starts when the running one ends."""
+    from explorer.controllers.base import PanelPage
+    from explorer.controllers.residual import ResidualController
+
+    page = PanelPage(panel_context, ResidualController, autorun=False)
+    qtbot.addWidget(page)
+    page.view.set_shape(2, 64, 4)
+    page.view.batch_box.setValue(2)
+    page.view.length_box.setValue(8)
+    drawn = []
+    page.controller.drawn.connect(lambda view, _result: drawn.append(view))
+    page.view.run_button.click()  # a norms sweep, in flight
+    assert panel_context.runner.is_running("residual")
+    page.view.set_view("gradients")  # no data there yet
+    qtbot.waitUntil(lambda: drawn == ["norms", "gradients"], timeout=60_000)
+    qtbot.waitUntil(lambda: not panel_context.runner.busy, timeout=60_000)
