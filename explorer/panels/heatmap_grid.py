@@ -192,11 +192,16 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
             self.lens_plot.addItem(item)
             self.lens_texts.append(item)
         chars = 7 if self._compact else 12
+        metrics = QFontMetrics(QFont())
+        room = (100 if self._compact else 140) - 12  # the column's width less the text's offset and margins
         for i, item in enumerate(self.lens_texts):
             if i < len(tokens):
                 label = visible_token(tokens[i])
                 label = label if len(label) <= chars else label[:chars - 1] + "…"
-                text = f"{label}  {format_prob(probs[i])}"
+                prob = format_prob(probs[i])  # the number is never cut: the token gives way ('Incr… 0.022%')
+                label = metrics.elidedText(label, Qt.TextElideMode.ElideRight,
+                                           room - metrics.horizontalAdvance(f"  {prob}"))
+                text = f"{label}  {prob}"
                 if getattr(item, "shown_text", None) != text:  # re-laying out a text item costs ~1 ms
                     item.setText(text)
                     item.shown_text = text

@@ -178,3 +178,8 @@ def test_the_attention_grid_draws_its_first_head_label(qtbot, gpt2_grid_window):
     left = [text for _r, text in drawn_labels(page.view.grid.left_axis)]
     assert top and top[0] == "H0" and _apart(drawn_labels(page.view.grid.top_axis))
     assert left[0] == "L0" and left[-1] in ("L11", "L10")
+    grid = page.view.grid
+    column = grid.lens_plot.vb.sceneBoundingRect()
+    shown = [item for item in grid.lens_texts if item.isVisible()]
+    assert shown and all(item.toPlainText().endswith("%") for item in shown)  # the number is never cut
+    assert all(item.mapRectToScene(item.textItem.boundingRect()).right() <= column.right() + 1 for item in shown)
