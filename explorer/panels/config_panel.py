@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPalette
-from PySide6.QtWidgets import (QAbstractSpinBox, QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout,
+from PySide6.QtWidgets import (QAbstractSpinBox, QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QFrame,
                                QGraphicsOpacityEffect, QGridLayout, QGroupBox, QLabel, QLineEdit, QProgressBar,
                                QPushButton, QScrollArea, QSpinBox, QSplitter, QVBoxLayout, QWidget)
 
@@ -68,7 +68,11 @@ class ConfigPanel(QWidget):
         splitter = QSplitter(Qt.Orientation.Horizontal)
         splitter.addWidget(self._make_form_side())
         self.readout = ParamReadoutView()
-        splitter.addWidget(self.readout)
+        readout_scroll = QScrollArea()  # at 900×600 the table and chart keep readable heights and scroll
+        readout_scroll.setWidget(self.readout)
+        readout_scroll.setWidgetResizable(True)
+        readout_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        splitter.addWidget(readout_scroll)
         # The readout's parts, by the names the controller's tests read them under.
         r = self.readout
         self.total_label, self.figure_labels, self.memory_label = r.total_label, r.figure_labels, r.memory_label

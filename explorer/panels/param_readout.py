@@ -60,6 +60,9 @@ class _FitTable(QTableWidget):
         return QSize(hint.width(), self.horizontalHeader().height() + rows + 2 * self.frameWidth())
 
 
+CHART_AXIS_PX = 56  # the chart's bottom axis with its title, and margins
+
+
 class ParamReadoutView(QWidget):
     """Shows a ParamReadout; `set_readout(r)` redraws every part from it."""
 
@@ -115,6 +118,7 @@ class ParamReadoutView(QWidget):
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         for col in (1, 2, 3):
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        self.table.setMinimumHeight(5 * (self.fontMetrics().height() + 6) + 4)  # the header and four rows
         lower.addWidget(self.table)
         self.chart = pg.PlotWidget()
         self.chart.setMenuEnabled(False)
@@ -190,3 +194,5 @@ class ParamReadoutView(QWidget):
             self._bar_texts.append(text)
         self.chart.setXRange(0, max(shares + [1.0]) * 1.35, padding=0)
         self.chart.setYRange(-0.6, n - 0.4, padding=0)
+        # a line of text per bar (below that the names overlapped, 900×600); the Config panel scrolls instead
+        self.chart.setMinimumHeight(n * (self.fontMetrics().height() + 2) + CHART_AXIS_PX)

@@ -168,6 +168,20 @@ def test_build_progress_and_cancel_scroll_into_view_at_1280_by_820(qtbot, gpt2_g
         view.set_build_busy(False)
 
 
+def test_the_parameter_chart_names_every_part_without_overlap_at_900_by_600(qtbot, gpt2_grid_window):
+    """Nine bar names in a 140-px chart overlapped; the chart keeps a line per bar and the readout scrolls."""
+    page = gpt2_grid_window.show_panel("config")
+    qtbot.waitUntil(lambda: page.is_ready, timeout=WAIT_MS)
+    qtbot.wait(100)
+    assert gpt2_grid_window.width() == 900
+    chart = page.view.chart
+    labels = drawn_labels(chart.getAxis("left"))
+    rects = sorted((rect for rect, _t in labels), key=lambda r: r.top())
+    assert len(labels) == page.view.table.rowCount() - 1  # every component (the table adds a total row)
+    line = chart.fontMetrics().height()  # a line of text apart (they were 11 px apart, touching)
+    assert all(b.center().y() - a.center().y() >= line for a, b in zip(rects, rects[1:]))
+
+
 def test_the_attention_grid_draws_its_first_head_label(qtbot, gpt2_grid_window):
     """'H0' sits at the axis's end; pyqtgraph dropped it as clipped ('H2 H4 …' at 900 px)."""
     page = gpt2_grid_window.show_panel("attention")
