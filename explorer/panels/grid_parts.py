@@ -116,6 +116,11 @@ class ColumnAxis(pg.AxisItem):
         else:
             need = metrics.height() + self.GAP_PX
         per_unit = length / count if count and length > 0 else need
+        # the tiles' own pixels: an aspect-locked grid is shorter than its axis (a resize comes inside __init__ too)
+        view = self.linkedView() if getattr(self, "_linkedView", None) is not None else None
+        if count and view is not None and view.width() > 1 and view.height() > 1:
+            size = view.viewPixelSize()[0 if horizontal else 1]
+            per_unit = 1.0 / size if size > 0 else per_unit
         step = next(s for s in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if s * per_unit >= need or s == 1000)
         if step == self._step:
             return
@@ -127,3 +132,7 @@ class ColumnAxis(pg.AxisItem):
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
         super().resizeEvent(event)
         self._fit()
+
+    def linkedViewChanged(self, view, newRange=None) -> None:  # noqa: N802 - pyqtgraph override
+        super().linkedViewChanged(view, newRange)
+        self._fit()  # the view's scale changed (a resize, the aspect lock)

@@ -133,6 +133,7 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
         self.scene().sigMouseClicked.connect(self._on_click)
         self.scene().sigMouseMoved.connect(self._on_move)
         self._built = True
+        self.plot.vb.sigRangeChanged.connect(lambda *_: self._fit_lens_texts())  # a resize, the aspect lock
 
     @staticmethod
     def _plain(plot: pg.PlotItem) -> None:
@@ -212,7 +213,8 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
         """Show every k-th lens label, k such that labels never overlap at the rows' current height
         (the bars stay for every layer; hovering a row names its token)."""
         n = len(self._lens[0])
-        row_px = self.plot.vb.height() / n if n else 0
+        vb = self.plot.vb  # a row's pixels on screen (aspect-locked tiles leave the view taller than the rows)
+        row_px = 1.0 / vb.viewPixelSize()[1] if n and vb.width() > 1 and vb.height() > 1 else 0
         line = QFontMetrics(QFont()).height()
         step = 1 if row_px >= line or row_px <= 0 else math.ceil(line / row_px)
         self.lens_label_step = step
