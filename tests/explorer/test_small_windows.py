@@ -138,6 +138,29 @@ def test_the_patching_maps_keep_a_readable_size_and_scroll(qtbot, gpt2_grid_wind
     assert view.maps_scroll.verticalScrollBar().maximum() > 0  # the second row is a scroll away
 
 
+def _status_fields_are_whole_or_elided_with_a_tooltip(qtbot, window):
+    """'generatio…' in the status bar: a cut field ends in '…' and its tooltip gives the whole text."""
+    from PySide6.QtCore import QEvent, QPoint
+    from PySide6.QtGui import QHelpEvent
+    from PySide6.QtWidgets import QApplication, QToolTip
+
+    from explorer.panels.elided_label import ElidedLabel
+
+    window.status_labels["activity"].setText("generation: 16.5 tokens/s, 40 tokens in 2.4 s, the prompt 14 tokens")
+    qtbot.wait(50)
+    cut = 0
+    for key, label in window.status_labels.items():
+        text = label.text()
+        if not label.isVisible() or not text or label.fontMetrics().horizontalAdvance(text) <= label.contentsRect().width():
+            continue
+        assert isinstance(label, ElidedLabel) and label.is_elided(), key
+        QApplication.sendEvent(label, QHelpEvent(QEvent.Type.ToolTip, QPoint(2, 2), label.mapToGlobal(QPoint(2, 2))))
+        assert QToolTip.text().startswith(label.plain_text()), key
+        QToolTip.hideText()
+        cut += 1
+    assert cut >= 1  # at 900 px the long activity text does not fit
+
+
 def test_next_token_rows_that_do_not_fit_are_left_out_not_overlapped(qtbot, gpt2_grid_window):
     page = gpt2_grid_window.show_panel("generation")
     page.set_prompt("When Mary and John went to the store, John gave a drink to")
@@ -150,6 +173,7 @@ def test_next_token_rows_that_do_not_fit_are_left_out_not_overlapped(qtbot, gpt2
     labels = drawn_labels(chart.plot.getAxis("left"))
     rects = sorted((rect for rect, _t in labels), key=lambda r: r.top())
     assert len(rects) == shown and all(a.bottom() <= b.top() + 1 for a, b in zip(rects, rects[1:]))
+    _status_fields_are_whole_or_elided_with_a_tooltip(qtbot, gpt2_grid_window)
     gpt2_grid_window.resize(1280, 820)
     qtbot.waitUntil(lambda: chart.shown_rows() == 20, timeout=5000)  # room again: all rows
     assert "shown" not in chart.note.text()
