@@ -7,7 +7,7 @@ How to add a panel (say "foo"):
    wires the view's signals to the session through `ctx.runner`, overrides the contract members it
    needs (`invalidate`, `refresh`, `set_prompt`…; see controllers/base.py) and reports every error
    through `self.report_error(exc, title)`.
-3. One line below: `PanelSpec("foo", "Foo", "Ctrl+6", "foo:FooController")`.
+3. One line below: `PanelSpec("foo", "Foo", "Ctrl+7", "foo:FooController")`.
 (4. A `Session` method returning a frozen dataclass from explorer/results.py, if it computes something new.)
 The window, the View menu, `--panel foo` and screenshot mode pick it up from here.
 
