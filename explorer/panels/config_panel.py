@@ -68,7 +68,7 @@ class ConfigPanel(QWidget):
         splitter = QSplitter(Qt.Orientation.Horizontal)
         splitter.addWidget(self._make_form_side())
         self.readout = ParamReadoutView()
-        readout_scroll = QScrollArea()  # at 900×600 the table and chart keep readable heights and scroll
+        readout_scroll = self.readout_scroll = QScrollArea()  # at 900×600 the table and chart keep their heights, scroll
         readout_scroll.setWidget(self.readout)
         readout_scroll.setWidgetResizable(True)
         readout_scroll.setFrameShape(QFrame.Shape.NoFrame)

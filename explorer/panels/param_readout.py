@@ -63,6 +63,14 @@ class _FitTable(QTableWidget):
 CHART_AXIS_PX = 56  # the chart's bottom axis with its title, and margins
 
 
+class _FitChart(pg.PlotWidget):
+    """Asks for the height of its bars (its minimum), not a default 480 px: in the Config panel's
+    scroll area a taller hint made the readout scroll in a 1280×820 window."""
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        return QSize(super().sizeHint().width(), self.minimumHeight())
+
+
 class ParamReadoutView(QWidget):
     """Shows a ParamReadout; `set_readout(r)` redraws every part from it."""
 
@@ -120,7 +128,7 @@ class ParamReadoutView(QWidget):
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
         self.table.setMinimumHeight(5 * (self.fontMetrics().height() + 6) + 4)  # the header and four rows
         lower.addWidget(self.table)
-        self.chart = pg.PlotWidget()
+        self.chart = _FitChart()
         self.chart.setMenuEnabled(False)
         self.chart.setMouseEnabled(x=False, y=False)
         self.chart.hideButtons()

@@ -209,6 +209,9 @@ def test_the_parameter_chart_names_every_part_without_overlap_at_900_by_600(qtbo
     assert len(labels) == page.view.table.rowCount() - 1  # every component (the table adds a total row)
     line = chart.fontMetrics().height()  # a line of text apart (they were 11 px apart, touching)
     assert all(b.center().y() - a.center().y() >= line for a, b in zip(rects, rects[1:]))
+    assert page.view.readout_scroll.verticalScrollBar().maximum() > 0  # the readout scrolls instead
+    gpt2_grid_window.resize(1280, 820)
+    qtbot.waitUntil(lambda: page.view.readout_scroll.verticalScrollBar().maximum() == 0, timeout=5000)  # all in view
 
 
 def test_the_attention_grid_draws_its_first_head_label(qtbot, gpt2_grid_window):
