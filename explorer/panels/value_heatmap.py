@@ -14,26 +14,56 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt, Signal
+from PySide6.QtGui import QFont, QFontMetrics
 
 from .plot_title import wrapping_title
+
 DIVERGING = "CET-D1"  # blue – white – red, bundled with pyqtgraph
 MARK_COLOUR = "#111827"
 SELECT_COLOUR = "#22d3ee"
 
 
 class _LabelAxis(pg.AxisItem):
-    """Ticks at cell centres with the given labels, thinned to stay legible."""
+    """Ticks at cell centres with the given labels, every k-th shown, k as small as keeps them
+    apart at the axis's current length (measured: the widest label, or a line, plus a gap)."""
+
+    GAP_PX = 4
+    _labels: list[str] = []  # resizeEvent can come while AxisItem.__init__ runs
+    _min_px, _step = 0, 1
 
     def __init__(self, orientation: str):
         super().__init__(orientation)
         self.enableAutoSIPrefix(False)
         self.setStyle(hideOverlappingLabels=False)  # thinned here; the edge labels ('H0') may pass the end a little
 
-    def set_labels(self, labels: list[str], max_labels: int = 40) -> None:
-        step = max(1, math.ceil(len(labels) / max(1, max_labels)))
+    def set_labels(self, labels: list[str], min_px: int = 0) -> None:
+        """`min_px`: at least this many pixels per shown label."""
+        self._labels, self._min_px = list(labels), min_px
+        self._fit()
+
+    def label_step(self) -> int:
+        return self._step
+
+    def _fit(self) -> None:
+        labels, n = self._labels, len(self._labels)
+        horizontal = self.orientation in ("top", "bottom")
+        length = self.geometry().width() if horizontal else self.geometry().height()
+        metrics = QFontMetrics(self.style.get("tickFont") or QFont())
+        if horizontal:  # centred neighbours meet at half of each one's width
+            widths = [metrics.horizontalAdvance(t) for t in labels]
+            size = max(((a + b) / 2 for a, b in zip(widths, widths[1:])), default=max(widths, default=0))
+        else:
+            size = metrics.height()
+        need = max(size + self.GAP_PX, self._min_px)
+        step = max(1, math.ceil(need * n / length)) if n and length > 0 else 1
+        self._step = step
         major = [(i + 0.5, text) for i, text in enumerate(labels) if i % step == 0]
-        minor = [(i + 0.5, "") for i in range(len(labels)) if i % step]
+        minor = [(i + 0.5, "") for i in range(n) if i % step]
         self.setTicks([major, minor])
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self._fit()
 
 
 class ValueHeatmap(pg.GraphicsLayoutWidget):
@@ -112,16 +142,10 @@ class ValueHeatmap(pg.GraphicsLayoutWidget):
         self._draw_marks()
 
     def _apply_labels(self) -> None:
-        """Thin the labels to what fits: one column label per `col_px` pixels, one row label per 16 px."""
-        width = max(self.plot.vb.width() or 0, self.width() * 0.7)
-        height = max(self.plot.vb.height() or 0, self.height() * 0.7)
-        self.left_axis.set_labels(self._rows, max_labels=max(2, int(height / 16)))
-        self.bottom_axis.set_labels(self._cols, max_labels=max(2, int(width / self._col_px)))
-
-    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
-        super().resizeEvent(event)
-        if getattr(self, "_values", np.zeros(0)).size:  # pyqtgraph resizes once inside __init__
-            self._apply_labels()
+        """The axes thin them to what fits (again on every resize): a column label per `col_px` pixels
+        at least, a row label per 16 px."""
+        self.left_axis.set_labels(self._rows, min_px=16)
+        self.bottom_axis.set_labels(self._cols, min_px=self._col_px)
 
     def set_marks(self, cells) -> None:
         """A cross on each (row, col) in `cells` (e.g. the ablated heads) that the matrix has:

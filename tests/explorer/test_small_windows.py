@@ -118,6 +118,7 @@ def test_the_dla_head_map_keeps_its_colour_bar_and_the_layer_bars_thin_their_lab
     assert heads.plot.titleLabel.is_wrapped()  # the long title takes two lines instead
     columns = [text for _rect, text in drawn_labels(heads.bottom_axis)]
     assert columns[0] == "H0" and columns[-1] == "MLP"  # the edge labels are drawn too
+    assert _apart(drawn_labels(heads.bottom_axis))
     bars = view.bars
     assert bars.label_step() > 1
     labels = drawn_labels(bars.plot.getAxis("bottom"))
@@ -231,3 +232,23 @@ def test_the_attention_grid_draws_its_first_head_label(qtbot, gpt2_grid_window):
     assert shown and all(item.toPlainText().endswith("%") for item in shown)  # the number is never cut
     assert all(item.mapRectToScene(item.textItem.boundingRect()).right() <= column.right() + 1 for item in shown)
     assert _lines_apart([item.scenePos().y() for item in shown], line)
+
+
+def test_a_narrow_value_map_thins_its_column_labels(qtbot):
+    """The Train panel's census maps (4 heads in ~60 px) read 'H0H1H2H3' at 1280×820."""
+    import numpy as np
+
+    from explorer.panels.value_heatmap import ValueHeatmap
+
+    heatmap = ValueHeatmap("induction", value_label="score")
+    qtbot.addWidget(heatmap)
+    heatmap.resize(150, 200)
+    heatmap.show()
+    heatmap.set_matrix(np.zeros((2, 4)), ["L0", "L1"], [f"H{h}" for h in range(4)], col_px=24)
+    qtbot.waitUntil(lambda: heatmap.bottom_axis.geometry().width() > 0, timeout=5000)
+    qtbot.wait(50)
+    labels = drawn_labels(heatmap.bottom_axis)
+    assert labels[0][1] == "H0" and 1 < len(labels) < 4 and _apart(labels)
+    heatmap.resize(400, 200)  # room: every head named
+    qtbot.waitUntil(lambda: len(drawn_labels(heatmap.bottom_axis)) == 4, timeout=5000)
+    assert _apart(drawn_labels(heatmap.bottom_axis))
