@@ -97,7 +97,7 @@ class TrainPanel(QWidget):
 
         self.charts = TrainCharts()
         self.charts.setMinimumSize(540, 400)  # below this the charts scroll instead of squeezing unreadably
-        charts_scroll = QScrollArea()
+        charts_scroll = self.charts_scroll = QScrollArea()
         charts_scroll.setWidgetResizable(True)
         charts_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
         charts_scroll.setWidget(self.charts)
@@ -113,7 +113,7 @@ class TrainPanel(QWidget):
         split.addWidget(right)
         split.setStretchFactor(0, 0)
         split.setStretchFactor(1, 1)
-        split.setSizes([330, 1070])
+        split.setSizes([300, 1100])  # the form at its least: at 900 px the charts then scroll down only, not across
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(split)

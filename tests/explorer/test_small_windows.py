@@ -252,3 +252,14 @@ def test_a_narrow_value_map_thins_its_column_labels(qtbot):
     heatmap.resize(400, 200)  # room: every head named
     qtbot.waitUntil(lambda: len(drawn_labels(heatmap.bottom_axis)) == 4, timeout=5000)
     assert _apart(drawn_labels(heatmap.bottom_axis))
+
+
+def test_the_train_charts_scroll_down_only_at_900_by_600(qtbot, gpt2_grid_window):
+    """At 900 px the charts were ~10 px narrower than their minimum: a horizontal scroll bar cut the
+    loss chart's legend and the ICL chart; the form gives up the width it does not need."""
+    page = gpt2_grid_window.show_panel("train")
+    qtbot.waitUntil(lambda: page.is_ready, timeout=WAIT_MS)
+    qtbot.wait(100)
+    scroll = page.view.charts_scroll
+    assert gpt2_grid_window.width() == 900
+    assert scroll.horizontalScrollBar().maximum() == 0 and scroll.verticalScrollBar().maximum() > 0
