@@ -263,3 +263,6 @@ def test_the_train_charts_scroll_down_only_at_900_by_600(qtbot, gpt2_grid_window
     scroll = page.view.charts_scroll
     assert gpt2_grid_window.width() == 900
     assert scroll.horizontalScrollBar().maximum() == 0 and scroll.verticalScrollBar().maximum() > 0
+    charts = page.view.charts
+    for plot in (charts.loss_plot, charts.lr_plot, charts.icl_plot, charts.grad_plot):  # drawn whole, not cut
+        assert plot.getPlotItem().sceneBoundingRect().right() <= plot.viewport().width() + 1, plot
