@@ -4,6 +4,7 @@ unchanged work must never leave a stale label, chip, tile or lens row behind).""
 from __future__ import annotations
 
 import numpy as np
+from PySide6.QtWidgets import QApplication
 
 from explorer.panels.attention_panel import AttentionPanel
 from explorer.panels.token_chips import TokenChips
@@ -12,6 +13,7 @@ from explorer.panels.token_chips import TokenChips
 def _draw(panel, result, layer=0, head=1):
     panel.set_attention(result)
     panel.show_head(layer, head, result.pattern(layer, head), "summary")
+    QApplication.processEvents()  # the view's range settles (the lens labels thin by the rows' pixels)
 
 
 def _state(panel):
