@@ -101,3 +101,47 @@ def with_repeats(corpus: Corpus, fraction: float) -> RepeatMixCorpus:
     mixed = RepeatMixCorpus(**fields, repeat_fraction=fraction)
     mixed.description = f"{corpus.description}; {fraction:.0%} of training rows repeated random segments"
     return mixed
+
+
+SKIP_PERMUTATION_SEED = 5  # the fixed permutation g of the skip-bigram below (one per vocabulary size)
+
+
+def skip_permutation(vocab_size: int) -> torch.Tensor:
+    """(vocab_size,) the fixed permutation g of `induction_rows`' skip-bigram."""
+    return torch.randperm(vocab_size, generator=torch.Generator().manual_seed(SKIP_PERMUTATION_SEED))
+
+
+def induction_rows(rows: int, length: int, vocab_size: int, generator: torch.Generator, skip: float = 0.5,
+                   pairs: int = 3, min_segment: int = 2, max_segment: int = 8) -> torch.Tensor:
+    """(rows, length) int64: the training rows of the induction preset (presets.py).
+
+    Uniform random tokens where, with probability `skip`, token t is g(token t-2) for a fixed
+    permutation g (a skip-bigram: it rewards a previous-token head in layer 0 directly, which
+    without it stays weak and leaves the induction head nothing to compose with); then `pairs`
+    times a segment of min_segment..max_segment tokens is copied to a random distance D
+    (max(L, 4) ≤ D, varied per copy, so no fixed offset predicts it), later copies overwriting
+    earlier ones."""
+    if vocab_size < 2 or not 1 <= min_segment <= max_segment or not 0.0 <= skip <= 1.0 or pairs < 0:
+        raise DataError(f"induction rows need vocab_size >= 2, 1 <= min_segment <= max_segment, skip in [0, 1] "
+                        f"and pairs >= 0; got vocab_size={vocab_size}, segments {min_segment}..{max_segment}, "
+                        f"skip={skip}, pairs={pairs}")
+    x = torch.randint(vocab_size, (rows, length), generator=generator)  # (R, T)
+    if skip > 0:
+        perm = skip_permutation(vocab_size)
+        follow = torch.rand(rows, length, generator=generator) < skip  # (R, T)
+        for t in range(2, length):
+            x[:, t] = torch.where(follow[:, t], perm[x[:, t - 2]], x[:, t])
+
+    def draw(low: int, high: int) -> int:
+        return int(torch.randint(low, high + 1, (1,), generator=generator))
+
+    for r in range(rows):
+        for _ in range(pairs):
+            seg = draw(min_segment, max_segment)
+            low = max(seg, 4)
+            if length - seg < low:
+                continue
+            dist = draw(low, length - seg)
+            start = draw(0, length - dist - seg)
+            x[r, start + dist:start + dist + seg] = x[r, start:start + seg]
+    return x
