@@ -29,10 +29,11 @@ copies are predicted (~29 % of the positions are inside a copy).
      600   57.6   2.785   0.809        0.116          0.904
      700   69.9   2.756   0.822        0.100          0.919
 
-Seed-dependent (issue 21, /tmp/ind2): the head formed by step 400-500 in 3 of 5 runs (this one;
-a plain AdamW loop, seeds 0 and 1: induction 0.76-0.81 by step 800, position-copy ≤ 0.12);
-seed 3 had none by step 700 (plain loop) or 1000 (Trainer), and a run without the 50-step
-warmup (seed 1) had none by step 1000 (its previous-token head stayed at 0.45). Without the
+Seed-dependent (issue 21, /tmp/ind2): with the warmup the head formed by step 400-600 in 5 of 7
+runs — Trainer seeds 0, 2, 4 (induction 0.77-0.80 at step 800, position-copy ≤ 0.15) and a plain
+AdamW loop, seeds 0 and 1 (0.76-0.81 by step 800, position-copy ≤ 0.12); seed 3 had none by step
+700 (plain loop) or 1000 (Trainer). A run without the 50-step warmup (seed 1) had none by step
+1000 (its previous-token head stayed at 0.45). Without the
 skip-bigram, or with learned positions and gpt2 init, no setting tried reached induction > 0.17
 in 1000-4000 steps.
 """
