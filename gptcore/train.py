@@ -13,7 +13,9 @@ Settings use nanoGPT's override style, `--key=value` (or `--key value`):
   list (`--init=gpt2,pytorch-default`: each scheme trains on the same batches, into one folder);
   probe_interval (steps between probes, 0 = none); max_time (seconds, then stop as if done);
   log_interval (steps between progress lines); keep_every (keep the weights of every Nth eval);
-  init_from: scratch or resume (`--resume` is short for it): continue the run in out_dir.
+  init_from: scratch or resume (`--resume` is short for it): continue the run in out_dir;
+  preset: a named starting point with its own data (`--preset=induction`: an induction head forms in
+  about a minute on one CPU thread, gptcore/training/presets.py); other settings override it.
 Defaults are nanoGPT's CPU recipe (TrainConfig.cpu_recipe, CPU_RECIPE_MODEL) with dtype=auto
 (bfloat16 where the hardware computes it natively; run.json records what was used). SIGINT (Ctrl-C) and
 SIGTERM save a checkpoint and stop cleanly (exit 130 and 0). Bad settings, data or a config that
@@ -43,6 +45,7 @@ RUN_SETTINGS = {
     "data": ("str | None", None), "out_dir": ("str", "out"), "init": ("str", "gpt2"), "tokenizer": ("str", "char"),
     "probe_interval": ("int", DEFAULT_PROBE_INTERVAL), "max_time": ("float | None", None),
     "log_interval": ("int", 10), "keep_every": ("int", 1), "init_from": ("str", "scratch"),
+    "preset": ("str | None", None),
 }
 TRAIN_SETTINGS = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
 MODEL_SETTINGS = {f.name: f.type for f in dataclasses.fields(GPTConfig)}

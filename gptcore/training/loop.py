@@ -52,6 +52,7 @@ class RunPlan:
     world_size: int = 1
     rank: int = 0
     device: str = "cpu"
+    preset: str | None = None  # presets.PRESETS name: its data replaces --data, and a resume re-creates it
 
 
 class _NoWriter:
@@ -115,7 +116,7 @@ class TrainingRun:
                           "vocab": "char_vocab.json" if self.corpus.tokenizer == "char" else None},
             "world_size": plan.world_size, "device": plan.device,
             "dtype": next(iter(self.trainers.values())).dtype,  # what "auto" became on this machine
-            "probe_interval": plan.probe_interval,
+            "probe_interval": plan.probe_interval, "preset": plan.preset,
             "max_time": plan.max_time, "checkpoints": {s: self.folder.ckpt(s, plan.schemes).name for s in plan.schemes},
         }
         self.meta = self.folder.start(meta, resume=plan.resume, step=self.start_step)

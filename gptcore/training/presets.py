@@ -39,15 +39,56 @@ in 1000-4000 steps.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from ..config import GPTConfig
+from .config import TrainConfig
+
 INDUCTION_PRESET = {
     "model": dict(vocab_size=64, block_size=32, n_layer=2, n_head=2, n_embd=64, bias=True,
                   pos_embedding="rope", dropout=0.0),
     "train": dict(batch_size=128, gradient_accumulation_steps=1, max_iters=1000, learning_rate=3e-3,
                   min_lr=3e-3, warmup_iters=50, lr_decay_iters=1000, decay_lr=True, weight_decay=0.01,
-                  beta1=0.9, beta2=0.95, grad_clip=1.0, dtype="float32", device="cpu", seed=0),
+                  beta1=0.9, beta2=0.95, grad_clip=1.0, dtype="float32", device="cpu", seed=0,
+                  eval_interval=100, eval_iters=10),
     "init_seed": 0,  # GPT(GPTConfig(**model), seed=0): the seed measured; others may not form the head
     # batches: r = synthetic.induction_rows(batch_size, block_size + 1, vocab_size, generator, **corpus minus kind),
-    # x, y = r[:, :-1], r[:, 1:], one generator seeded with train seed for the whole run (not yet wired into
-    # `python -m gptcore.train`: no --preset switch so far)
+    # x, y = r[:, :-1], r[:, 1:]; `python -m gptcore.train --preset=induction` draws each batch from a
+    # generator seeded by (seed, split, stream, iteration) instead (synthetic.InductionCorpus)
     "corpus": dict(kind="induction_rows", skip=0.5, pairs=3, min_segment=2, max_segment=8),
+}
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named starting point for `python -m gptcore.train --preset=NAME` and the Train panel: the
+    model, the training settings and the data it was measured with. Settings given on the command
+    line override the preset's, except the data, which is part of what was measured."""
+
+    name: str
+    description: str
+    model: dict
+    train: dict
+    corpus: dict
+    tokenizer: str = "char"
+
+    def model_config(self, vocab_size: int | None = None, **overrides) -> GPTConfig:
+        values = {**self.model, **overrides}
+        if vocab_size is not None:
+            values["vocab_size"] = vocab_size
+        return GPTConfig(**values)
+
+    def train_config(self, **overrides) -> TrainConfig:
+        return TrainConfig.from_dict({**TrainConfig().to_dict(), **self.train, **overrides})
+
+    def make_corpus(self):
+        from .synthetic import induction_corpus
+
+        spec = {k: v for k, v in self.corpus.items() if k != "kind"}
+        return induction_corpus(vocab_size=self.model["vocab_size"], **spec)
+
+
+PRESETS = {
+    "induction": Preset("induction", "an induction head forms in about a minute (2 layers, rotary, synthetic rows)",
+                        INDUCTION_PRESET["model"], INDUCTION_PRESET["train"], INDUCTION_PRESET["corpus"]),
 }

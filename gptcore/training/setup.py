@@ -62,6 +62,10 @@ def plan_run(settings: Settings, argv: list[str], world_size: int = 1, rank: int
             raise UsageError(f"--init={run['init']}: the run in {folder.root} trains {','.join(schemes)}; "
                              f"leave --init out to resume it")
         train_values = {**meta["train_config"], **settings.train}
+        preset = meta.get("preset")
+        if "preset" in given and run["preset"] != preset:
+            raise UsageError(f"--preset={run['preset']}: the run in {folder.root} was started "
+                             f"{'with --preset=' + preset if preset else 'without a preset'}; leave --preset out to resume it")
         data = run["data"] if "data" in given else meta["corpus"].get("source")
         tokenizer = run["tokenizer"] if "tokenizer" in given else meta["tokenizer"].get("kind", "char")
         tokenizer = tokenizer if tokenizer in ("char", "gpt2") else "char"  # a prepared folder brings its own
@@ -72,7 +76,9 @@ def plan_run(settings: Settings, argv: list[str], world_size: int = 1, rank: int
             raise UsageError(f"{folder.root} already holds a run; continue it with --init_from=resume (or --resume), "
                              f"or choose another --out_dir")
         schemes = parse_schemes(run["init"])
-        train_values = {**TrainConfig.cpu_recipe().to_dict(), **settings.train}
+        preset = run.get("preset")
+        base = TrainConfig.cpu_recipe() if preset is None else _preset(preset, given).train_config()
+        train_values = {**base.to_dict(), **settings.train}
         data, tokenizer = run["data"], run["tokenizer"]
         probe_interval, max_time = run["probe_interval"], run["max_time"]
 
@@ -82,10 +88,11 @@ def plan_run(settings: Settings, argv: list[str], world_size: int = 1, rank: int
     train_config = TrainConfig.from_dict(train_values)
     train_config.local_accumulation(world_size)  # refuse an accumulation the processes cannot share
 
-    corpus = load_corpus(data, tokenizer)
+    corpus = load_corpus(data, tokenizer) if preset is None else _preset(preset, given).make_corpus()
     model_config = None
     if not resume:
-        model_config = GPTConfig(**{**CPU_RECIPE_MODEL, "vocab_size": corpus.vocab_size, **settings.model})
+        model_base = (CPU_RECIPE_MODEL if preset is None else _preset(preset, given).model)
+        model_config = GPTConfig(**{**model_base, "vocab_size": corpus.vocab_size, **settings.model})
         corpus.check_vocab(model_config.vocab_size, what=f"--vocab_size={model_config.vocab_size}")
         corpus.check_block_size(model_config.block_size)
         check_fits(model_config, train_config, len(schemes), device)
@@ -96,7 +103,19 @@ def plan_run(settings: Settings, argv: list[str], world_size: int = 1, rank: int
                    log_interval=run["log_interval"], keep_every=run["keep_every"], resume=resume,
                    command=["python", "-m", "gptcore.train", *argv],
                    corpus_source=None if data is None else str(Path(data).expanduser().resolve()),
-                   world_size=world_size, rank=rank, device=device)
+                   world_size=world_size, rank=rank, device=device, preset=preset)
+
+
+def _preset(name: str, given: set):
+    """The named preset (presets.PRESETS); it brings its own data, so --data/--tokenizer cannot join it."""
+    from .presets import PRESETS
+
+    if name not in PRESETS:
+        raise UsageError(f"--preset={name}: no such preset; choose one of {', '.join(PRESETS)}")
+    clash = [key for key in ("data",) if key in given]
+    if clash:
+        raise UsageError(f"--preset={name} brings its own data ({PRESETS[name].description}); drop --{clash[0]}")
+    return PRESETS[name]
 
 
 def _pick_device(asked: str | None, world_size: int, local_rank: int) -> str:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .data import Corpus, DataError, batch_seed
@@ -145,3 +146,50 @@ def induction_rows(rows: int, length: int, vocab_size: int, generator: torch.Gen
             start = draw(0, length - dist - seg)
             x[r, start + dist:start + dist + seg] = x[r, start:start + seg]
     return x
+
+
+# 64 printable symbols: the induction rows' ids read back as characters, so samples, the probe
+# prompt and the app's char tokenizer (char_vocab.json) work for them as for any char-level text.
+INDUCTION_SYMBOLS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ+/"
+
+
+@dataclass
+class InductionCorpus(Corpus):
+    """The induction preset's data as a `Corpus`: every batch — training, evaluation, probes — is
+    fresh `induction_rows`, seeded by (seed, split, stream, index) like text windows, so a run is
+    reproducible and does not depend on the number of processes. `train`/`val` hold a fixed sample
+    of rows only for what reads them directly (the probe prompt, run.json's sizes)."""
+
+    skip: float = 0.5
+    pairs: int = 3
+    min_segment: int = 2
+    max_segment: int = 8
+
+    def batch(self, split: str, index: int, rows: int, block_size: int, seed: int,
+              stream: str = "train") -> tuple[torch.Tensor, torch.Tensor]:
+        if split not in ("train", "val"):
+            raise DataError(f"split must be 'train' or 'val', got {split!r}")
+        gen = torch.Generator().manual_seed(batch_seed(seed, split, stream, index))
+        both = self.rows(rows, block_size + 1, gen)  # (rows, T+1)
+        return both[:, :-1].contiguous(), both[:, 1:].contiguous()  # (rows, T) each
+
+    def rows(self, rows: int, length: int, generator: torch.Generator) -> torch.Tensor:
+        return induction_rows(rows, length, self.vocab_size, generator, skip=self.skip, pairs=self.pairs,
+                              min_segment=self.min_segment, max_segment=self.max_segment)
+
+
+def induction_corpus(vocab_size: int = 64, skip: float = 0.5, pairs: int = 3, min_segment: int = 2,
+                     max_segment: int = 8, sample_rows: int = 16, sample_length: int = 256) -> InductionCorpus:
+    """The corpus of the induction preset (presets.py), named for run.json and the Train panel."""
+    if not 2 <= vocab_size <= len(INDUCTION_SYMBOLS):
+        raise DataError(f"the induction rows' vocab_size must be in 2..{len(INDUCTION_SYMBOLS)} (one printable "
+                        f"symbol each), got {vocab_size}")
+    corpus = InductionCorpus(name="induction rows", description=(
+        f"synthetic induction rows ({vocab_size} symbols, half the tokens g(token two back), {pairs} segments of "
+        f"{min_segment}-{max_segment} tokens copied to varied distances)"), train=np.empty(0, np.int64),
+        val=np.empty(0, np.int64), vocab_size=vocab_size, tokenizer="char", chars=list(INDUCTION_SYMBOLS[:vocab_size]),
+        skip=skip, pairs=pairs, min_segment=min_segment, max_segment=max_segment)
+    for split, seed in (("train", 0), ("val", 1)):
+        sample = corpus.rows(sample_rows, sample_length, torch.Generator().manual_seed(seed))  # (R, L)
+        setattr(corpus, split, sample.reshape(-1).numpy())
+    return corpus

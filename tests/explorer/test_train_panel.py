@@ -316,3 +316,17 @@ def test_a_resumed_run_reads_as_running_again_and_its_eta_ignores_the_pause(tmp_
     _tokens, left = f.rate(window=5)
     assert left == pytest.approx(5 * 2.0)  # 5 steps left at the resumed run's 2 s each, not the hour's pause
     assert f.memory_mb == 123.4  # the last train record that said it
+
+
+def test_choosing_the_induction_preset_fills_the_form_with_it_and_starts_it(qtbot, window):
+    from explorer.controllers.train_settings import command_settings
+
+    form = _train_page(window).view.form
+    index = form.corpus_combo.findData("induction")
+    assert form.corpus_combo.model().item(index).isEnabled()  # gptcore ships the preset and --preset
+    form.corpus_combo.setCurrentIndex(index)
+    values = form.values()
+    assert (values["n_layer"], values["n_head"], values["n_embd"], values["block_size"]) == (2, 2, 64, 32)
+    assert values["batch_size"] == 128 and values["bias"] is True
+    settings = command_settings(values)
+    assert settings["preset"] == "induction" and "data" not in settings

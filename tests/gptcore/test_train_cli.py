@@ -335,3 +335,43 @@ def test_a_block_too_short_for_the_census_still_probes_the_rest(tmp_path, text_f
     assert probe["census"] is None and "too short for a head census" in probe["notes"][0]
     assert probe["icl"]["score"] is None  # 4 positions: no early and late part either
     assert np.load(out / probe["attention"]["file"]).shape == (1, 2, 4, 4)
+
+
+def test_the_induction_preset_brings_its_model_settings_and_data_and_resumes_with_them(tmp_path, capsys):
+    from gptcore.training.presets import PRESETS
+
+    out = tmp_path / "induction"
+    assert main([f"--out_dir={out}", "--preset=induction", "--max_iters=6", "--eval_interval=3", "--eval_iters=1",
+                 "--probe_interval=3", "--batch_size=8", "--log_interval=3"]) == 0
+    meta = RunFolder(out).read_meta()
+    preset = PRESETS["induction"]
+    assert meta["preset"] == "induction" and meta["corpus"]["source"] is None
+    assert meta["corpus"]["name"] == "induction rows"
+    model = meta["model_config"]
+    assert (model["n_layer"], model["n_head"], model["n_embd"], model["vocab_size"], model["pos_embedding"]) == \
+        (2, 2, 64, 64, "rope")  # the preset's model, not the CPU recipe's
+    train = meta["train_config"]
+    assert train["learning_rate"] == preset.train["learning_rate"] and train["batch_size"] == 8  # the user's override wins
+    records = read_trace(out / "trace.jsonl")
+    probe = next(r for r in records if r["kind"] == "probe")
+    assert len(probe["census"]["induction"]) == 2 and probe["sample"]["text"]  # census and sample on the rows' symbols
+    vocab = json.loads((out / "char_vocab.json").read_text())
+    assert len(vocab["chars"]) == 64  # the app reads the run with these symbols
+
+    assert main([f"--out_dir={out}", "--resume", "--max_iters=9"]) == 0  # the preset's data comes back on resume
+    assert [r["step"] for r in read_trace(out / "trace.jsonl") if r["kind"] == "train"][-1] == 8
+    assert main([f"--out_dir={tmp_path / 'x'}", "--preset=induction", "--data=somewhere.txt"]) == 2
+    assert "brings its own data" in capsys.readouterr().err
+    assert main([f"--out_dir={tmp_path / 'y'}", "--preset=nothing"]) == 2
+    assert "no such preset; choose one of induction" in capsys.readouterr().err
+
+
+def test_the_induction_rows_corpus_is_seeded_like_text_windows():
+    from gptcore.training.synthetic import induction_corpus
+
+    corpus = induction_corpus()
+    a, b = corpus.batch("train", 5, 4, 32, seed=0), corpus.batch("train", 5, 4, 32, seed=0)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[0][:, 1:], a[1][:, :-1])  # y is x shifted by one
+    assert not torch.equal(a[0], corpus.batch("train", 6, 4, 32, seed=0)[0])
+    assert not torch.equal(a[0], corpus.batch("val", 5, 4, 32, seed=0)[0])
+    assert int(a[0].max()) < 64 and corpus.decode(a[0][0].tolist()).isprintable()
