@@ -52,7 +52,8 @@ SLOW = {
     "tests/gptcore/test_probes_incremental.py": {
         "test_typing_past_block_size_with_slack_reuses_the_window_and_equals_a_full_recompute"},
     "tests/gptcore/test_train_cli.py": {
-        "test_ctrl_c_in_a_real_process_leaves_a_loadable_checkpoint_while_a_reader_follows"},
+        "test_ctrl_c_in_a_real_process_leaves_a_loadable_checkpoint_while_a_reader_follows",
+        "test_the_induction_preset_brings_its_model_settings_and_data_and_resumes_with_them"},
     "tests/gptcore/test_train_ddp.py": {"test_an_accumulation_the_processes_cannot_share_is_refused_by_every_process",
                                         "test_two_gloo_processes_train_the_same_weights_as_one"},
     "tests/gptcore/test_training_ddp.py": {"test_two_processes_train_like_one"},
