@@ -1,6 +1,6 @@
 """`python -m explorer` — the same as the `gpt-explorer` command."""
 import sys
 
-from .app import main
+from explorer.app import main
 
 sys.exit(main())

@@ -27,7 +27,7 @@ QUIT_WAIT_MS = 800  # cooperative tasks stop within one step (~40 ms on GPT-2 sm
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from .registry import panel_names
+    from explorer.shell.registry import panel_names
 
     p = argparse.ArgumentParser(prog="gpt-explorer", description="Look inside GPT-2-class models while they run.")
     p.add_argument("--model", metavar="SOURCE",
@@ -135,7 +135,7 @@ def install_exception_hook(window_getter) -> None:
         if window is not None:
             window.ctx.report_error(exc, "Unexpected error", inline=False)
         else:
-            from .errors import log_exception
+            from explorer.shell.errors import log_exception
 
             log_exception("Unexpected error", exc)
 
@@ -166,7 +166,7 @@ def apply_size(window, args) -> None:
 
 def take_screenshot(app, window, runner, panel_name: str, out: str) -> int:
     """Wait for the model and the panel's first data, grab the window, write the PNG."""
-    from .workers import MODEL_TASK
+    from explorer.runtime.workers import MODEL_TASK
 
     if not _wait(app, lambda: window.session is not None and not runner.is_running(MODEL_TASK), LOAD_TIMEOUT_S):
         print(f"gpt-explorer: the model did not load within {LOAD_TIMEOUT_S} s", file=sys.stderr)
@@ -201,7 +201,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.screenshot or args.exit_after_paint:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from .platform_check import xcb_problem
+    from explorer.shell.platform_check import xcb_problem
 
     problem = xcb_problem()  # before Qt, which would abort with its own words
     if problem:
@@ -212,9 +212,10 @@ def main(argv=None) -> int:
     from PySide6.QtCore import QEvent, QObject, QSettings, QTimer
     from PySide6.QtWidgets import QApplication
 
-    from . import theme, wheel_guard
-    from .main_window import MainWindow
-    from .workers import TaskRunner
+    import explorer.widgets.theme as theme
+    import explorer.widgets.wheel_guard as wheel_guard
+    from explorer.shell.window import MainWindow
+    from explorer.runtime.workers import TaskRunner
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("GPT Explorer")
@@ -222,7 +223,7 @@ def main(argv=None) -> int:
     theme.apply_theme(app, None if args.theme == "system" else args.theme)
     wheel_guard.install(app)  # the wheel scrolls forms; it edits a field only once it was clicked
     if args.device == "cuda":  # only an explicit request pays for importing torch before the first paint
-        from .devices import resolve_device
+        from explorer.runtime.devices import resolve_device
 
         try:
             resolve_device("cuda")

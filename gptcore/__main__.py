@@ -5,8 +5,8 @@ import argparse
 import codecs
 import sys
 
-from .config import MLPS, NORMS, POS_EMBEDDINGS, PRESETS, ConfigError, GPTConfig, describe_parts
-from .params import breakdown_table, count_parameters, format_bytes, format_count, modern_differences
+from gptcore.model.config import MLPS, NORMS, POS_EMBEDDINGS, PRESETS, ConfigError, GPTConfig, describe_parts
+from gptcore.model.params import breakdown_table, count_parameters, format_bytes, format_count, modern_differences
 
 CONFIG_FLAGS = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "mlp_ratio")
 # The modern parts: (flag type, choices); printed only when one differs from GPT-2's.
@@ -72,7 +72,7 @@ def _add_info(sub) -> None:
 
 
 def cmd_info(args) -> int:
-    from .loading import load
+    from gptcore.io.loading import load
 
     _, info = load(args.source, device=args.device, dtype=args.dtype, n_head=args.n_head, progress=_print_progress)
     for key, value in info.describe().items():
@@ -99,9 +99,9 @@ def _add_generate(sub) -> None:
 
 
 def cmd_generate(args) -> int:
-    from .generation import check_settings, generate
-    from .loading import load
-    from .tokenizer import gpt2_tokenizer
+    from gptcore.generation.streaming import check_settings, generate
+    from gptcore.io.loading import load
+    from gptcore.io.tokenizer import gpt2_tokenizer
 
     # Settings are checked before anything slow happens (a bad --top-p fails at once).
     check_settings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,

@@ -17,10 +17,10 @@ def main(argv=None) -> int:
         # As `python -m gptcore.train` does: OpenMP threads sleep instead of spinning, which on a
         # shared machine made 2 threads 3-6x slower than 1. Only takes effect before torch loads.
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        from .benches import training
+        from gptcore.benches import training
 
         return training.main(argv)
-    from .benches import hf_compare
+    from gptcore.benches import hf_compare
 
     return hf_compare.main(argv)
 

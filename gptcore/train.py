@@ -35,9 +35,9 @@ import difflib  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from .config import GPTConfig  # noqa: E402
-from .training.config import CPU_RECIPE_MODEL, TrainConfig  # noqa: E402
-from .training.setup import Settings, UsageError  # noqa: E402
+from gptcore.model.config import GPTConfig  # noqa: E402
+from gptcore.training.config import CPU_RECIPE_MODEL, TrainConfig  # noqa: E402
+from gptcore.training.setup import Settings, UsageError  # noqa: E402
 
 DEFAULT_PROBE_INTERVAL = 100  # ≈ 6 % of training time at the CPU recipe (benches/probe_cost.py; target ≤ 10 %)
 # The run's own settings: name -> (kind, default). Kinds as the dataclass annotations spell them.
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     rank = int(os.environ.get("RANK", "0"))
     try:
         settings = parse_args(argv)
-        from .training.setup import plan_run
+        from gptcore.training.setup import plan_run
 
         plan = plan_run(settings, argv, world_size, rank)
     except ValueError as exc:
@@ -155,8 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-    from .training.loop import TrainingRun
-    from .training.trainer import TrainingError
+    from gptcore.training.loop import TrainingRun
+    from gptcore.training.trainer import TrainingError
 
     run = TrainingRun(plan)
     try:
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 130
     finally:
-        from .training.setup import finish_distributed
+        from gptcore.training.setup import finish_distributed
 
         finish_distributed()
 

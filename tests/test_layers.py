@@ -2,13 +2,14 @@
 (AST, nothing runs).
 
 - gptcore never imports Qt or the app;
-- explorer/panels never import torch, gptcore, transformers or the session (numpy in, intent signals out);
-- explorer/session.py (and its devices.py) never imports Qt; explorer/results.py is numpy only;
+- explorer/views and explorer/widgets never import torch, gptcore, transformers, the session, the runtime,
+  the controllers or the shell (numpy in, intent signals out);
+- explorer/session/ (and runtime/devices.py) never imports Qt; explorer/session/results.py is numpy only;
 - transformers / huggingface_hub are imported only inside functions (importing gptcore stays fast);
 - no import cycle inside gptcore/ and explorer/.
 
 Relative imports are resolved (`from ..session import X` in a panel is an import of
-explorer.session), lazy imports inside functions count, and imports under `if TYPE_CHECKING:`
+explorer.session.core), lazy imports inside functions count, and imports under `if TYPE_CHECKING:`
 don't (they never run).
 """
 from __future__ import annotations
@@ -22,20 +23,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("gptcore", "explorer")
 QT = ("PySide6", "pyqtgraph", "PyQt5", "PyQt6", "qtpy", "shiboken6")
+PASSIVE = ("torch", "gptcore", "transformers", "huggingface_hub", "safetensors", "explorer.session",
+           "explorer.runtime", "explorer.controllers", "explorer.shell")
 RULES = [
     ("gptcore", QT + ("explorer",), "gptcore is pure PyTorch: no Qt, no app code"),
-    ("explorer/panels", ("torch", "gptcore", "transformers", "huggingface_hub", "safetensors", "explorer.session",
-                         "explorer.workers", "explorer.controllers"),
-     "panels are passive views: numpy in, intent signals out"),
-    ("explorer/session.py", QT, "the session is headless: no Qt"),
-    ("explorer/session_interp.py", QT, "the session's attribution/ablation/patching domain is headless: no Qt"),
-    ("explorer/session_generation.py", QT, "the session's generation domain is headless: no Qt"),
-    ("explorer/session_attention.py", QT, "the session's attention domain is headless: no Qt"),
-    ("explorer/session_residual.py", QT, "the session's residual domain is headless: no Qt"),
-    ("explorer/session_events.py", QT, "the session's events are headless: no Qt"),
-    ("explorer/devices.py", QT, "the session's device and memory checks are headless: no Qt"),
-    ("explorer/results.py", QT + ("torch", "gptcore", "transformers", "safetensors"),
-     "results are numpy and plain values: panels and scripts read them without torch"),
+    ("explorer/views", PASSIVE, "views are passive: numpy in, intent signals out"),
+    ("explorer/widgets", PASSIVE, "shared widgets are passive: numpy in, intent signals out"),
+    ("explorer/session", QT, "the session is headless: no Qt"),
+    ("explorer/runtime/devices.py", QT, "the session's device and memory checks are headless: no Qt"),
+    ("explorer/session/results.py", QT + ("torch", "gptcore", "transformers", "safetensors"),
+     "results are numpy and plain values: views and scripts read them without torch"),
 ]
 LAZY_ONLY = ("transformers", "huggingface_hub")
 
@@ -192,21 +189,22 @@ def _plant(tmp_path: Path, files: dict[str, str]) -> Path:
 
 def test_the_checker_sees_a_forbidden_import(tmp_path):
     """The scan must catch what it is there to catch (a panel importing torch inside a function)."""
-    root = _plant(tmp_path, {"explorer/__init__.py": "", "explorer/panels/__init__.py": "",
-                             "explorer/panels/bad_panel.py":
-                                 "def f():\n    import torch.nn\n    from gptcore.model import GPT\n"})
+    root = _plant(tmp_path, {"explorer/__init__.py": "", "explorer/views/__init__.py": "",
+                             "explorer/views/bad_panel.py":
+                                 "def f():\n    import torch.nn\n    from gptcore.model.gpt import GPT\n"})
     found = violations(root)
     assert any("bad_panel.py:2: imports torch.nn" in f for f in found)
-    assert any("bad_panel.py:3: imports gptcore.model" in f for f in found)
+    assert any("bad_panel.py:3: imports gptcore.model.gpt" in f for f in found)
 
 
 def test_the_checker_resolves_relative_imports_across_a_layer(tmp_path):
-    root = _plant(tmp_path, {"explorer/__init__.py": "", "explorer/session.py": "",
-                             "explorer/panels/__init__.py": "",
-                             "explorer/panels/sneaky.py": "from ..session import Session\nfrom .. import session\n"})
+    root = _plant(tmp_path, {"explorer/__init__.py": "", "explorer/session/__init__.py": "",
+                             "explorer/session/core.py": "",
+                             "explorer/widgets/__init__.py": "",
+                             "explorer/widgets/sneaky.py": "from ..session.core import Session\nfrom ..session import core\n"})
     found = violations(root)
-    assert any("sneaky.py:1: imports explorer.session" in f for f in found)
-    assert any("sneaky.py:2: imports explorer.session" in f for f in found)
+    assert any("sneaky.py:1: imports explorer.session.core" in f for f in found)
+    assert any("sneaky.py:2: imports explorer.session.core" in f for f in found)
 
 
 def test_the_checker_finds_a_planted_cycle_lazy_imports_included(tmp_path):
@@ -220,7 +218,7 @@ def test_the_checker_finds_a_planted_cycle_lazy_imports_included(tmp_path):
     assert cycles(import_graph(root)) == [["explorer.a", "explorer.b"]]  # c's TYPE_CHECKING import is no edge
 
 
-@pytest.mark.parametrize("place", ["gptcore", "explorer/panels", "explorer/session.py", "explorer/devices.py",
-                                   "explorer/results.py"])
+@pytest.mark.parametrize("place", ["gptcore", "explorer/views", "explorer/widgets", "explorer/session",
+                                   "explorer/runtime/devices.py", "explorer/session/results.py"])
 def test_each_ruled_place_exists(place):
     assert _python_files(ROOT, place), f"{place} has no Python files: the rule would pass vacuously"

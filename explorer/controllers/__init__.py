@@ -1,1 +1,1 @@
-"""Controllers: connect a passive panel (explorer/panels) to the session through the task runner."""
+"""Controllers: connect a passive view (explorer/views) to the session through the task runner."""

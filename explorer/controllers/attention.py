@@ -22,9 +22,9 @@ import numpy as np
 import shiboken6
 from PySide6.QtCore import QObject, Signal
 
-from ..panels.attention_panel import AttentionPanel
-from .base import PanelController
-from .live import LiveRequest
+from explorer.views.attention.panel import AttentionPanel
+from explorer.controllers.base import PanelController
+from explorer.controllers.live import LiveRequest
 
 log = logging.getLogger("explorer.attention")
 
@@ -215,7 +215,7 @@ class AttentionController(PanelController):
 
 def _default_prompt() -> str:
     try:
-        from ..theme import sample_prompts
+        from explorer.widgets.theme import sample_prompts
 
         prompts = sample_prompts()
     except (OSError, ImportError, ModuleNotFoundError):

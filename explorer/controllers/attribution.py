@@ -18,11 +18,11 @@ import logging
 import shiboken6
 from PySide6.QtCore import QObject, Signal
 
-from ..panels.attribution_panel import AttributionPanel, Pick
-from ..context import ABLATION_TASK
-from ..session_events import ModelSwapped
-from .base import PanelController
-from .live import LiveRequest
+from explorer.views.attribution.panel import AttributionPanel, Pick
+from explorer.controllers.context import ABLATION_TASK
+from explorer.session.events import ModelSwapped
+from explorer.controllers.base import PanelController
+from explorer.controllers.live import LiveRequest
 
 log = logging.getLogger("explorer.attribution")
 

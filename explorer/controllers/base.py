@@ -1,10 +1,10 @@
 """The panel contract, in code: what the main window may call on a panel, with defaults.
 
-A panel is a passive *view* (explorer/panels/, Qt widgets only: numpy in, intent signals
+A panel is a passive *view* (explorer/views/, Qt widgets only: numpy in, intent signals
 out) driven by a *controller* (here: talks to the session through the task runner). The
 window never sees either directly: it holds a `PanelPage`, which lays the view out and
 forwards the contract to the controller. So a new panel is a view, a controller subclassing
-`PanelController`, and one line in explorer/registry.py.
+`PanelController`, and one line in explorer/shell/registry.py.
 
 The truthful-views rule lives here too: every controller follows the session's events
 (`ctx.signals.event`, subscribed here for every panel; the window tells no one). After each,
@@ -22,9 +22,9 @@ import logging
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QFileDialog, QVBoxLayout, QWidget
 
-from ..context import PanelContext
-from ..errors import Explanation
-from ..session_events import MODEL_CHANGED, ModelSwapped  # noqa: F401 - MODEL_CHANGED: the cleared text
+from explorer.controllers.context import PanelContext
+from explorer.shell.errors import Explanation
+from explorer.session.events import MODEL_CHANGED, ModelSwapped  # noqa: F401 - MODEL_CHANGED: the cleared text
 
 log = logging.getLogger("explorer")
 

@@ -12,15 +12,15 @@ import json
 
 from PySide6.QtCore import QObject
 
-from gptcore.config import GPT2_VOCAB, PRESETS, ConfigError, GPTConfig
-from gptcore.config import describe_parts, preset_name
-from gptcore.params import count_parameters, format_bytes, format_count, modern_differences
+from gptcore.model.config import GPT2_VOCAB, PRESETS, ConfigError, GPTConfig
+from gptcore.model.config import describe_parts, preset_name
+from gptcore.model.params import count_parameters, format_bytes, format_count, modern_differences
 
-from ..context import PanelContext
-from ..panels.config_panel import ConfigPanel
-from ..panels.param_readout import ComponentRow, ParamReadout
-from ..workers import MODEL_TASK
-from .base import PanelController
+from explorer.controllers.context import PanelContext
+from explorer.views.config.panel import ConfigPanel
+from explorer.views.config.param_readout import ComponentRow, ParamReadout
+from explorer.runtime.workers import MODEL_TASK
+from explorer.controllers.base import PanelController
 
 PRESET_ORDER = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilgpt2")
 SETTINGS_KEY = "config_panel"
@@ -61,7 +61,7 @@ class ConfigController(PanelController):
 
     def __init__(self, ctx: PanelContext, view: ConfigPanel, parent: QObject | None = None):
         super().__init__(ctx, view, parent)
-        from gptcore.init import INIT_SCHEMES
+        from gptcore.model.init import INIT_SCHEMES
 
         panel = view
         self.config: GPTConfig = GPTConfig.preset("gpt2")  # last valid config in the form
@@ -123,7 +123,7 @@ class ConfigController(PanelController):
 
     # -- building ----------------------------------------------------------------------------------
     def on_build(self, scheme: str, seed) -> None:
-        from ..devices import BuildRefused
+        from explorer.runtime.devices import BuildRefused
 
         session, cfg = self.ctx.session, self.config
         self._save_settings(scheme, seed)

@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from gptcore.sampling import GPT2_VOCAB, default_vocab_limit
+from gptcore.generation.sampling import GPT2_VOCAB, default_vocab_limit
 
-from ..panels.formatting import format_prob
-from ..panels.generation_panel import GenerationPanel
-from ..session_events import ModelSwapped
-from .base import PanelController
-from .live import LiveRequest
+from explorer.widgets.formatting import format_prob
+from explorer.views.generation.panel import GenerationPanel
+from explorer.session.events import ModelSwapped
+from explorer.controllers.base import PanelController
+from explorer.controllers.live import LiveRequest
 
 LOGITS_KEY = "generation.logits"
 RUN_KEY = "generation.run"

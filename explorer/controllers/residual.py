@@ -15,8 +15,8 @@ import os
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from ..panels.residual_panel import ResidualPanel
-from .base import PanelController
+from explorer.views.residual.panel import ResidualPanel
+from explorer.controllers.base import PanelController
 
 
 TASK_KEY = "residual"
@@ -58,7 +58,7 @@ class ResidualController(PanelController):
 
     @classmethod
     def make_view(cls, ctx) -> ResidualPanel:
-        from gptcore.init import INIT_SCHEMES
+        from gptcore.model.init import INIT_SCHEMES
 
         view = ResidualPanel(INIT_SCHEMES)
         view.set_shape(*START_SHAPE)
@@ -137,7 +137,7 @@ class ResidualController(PanelController):
         steps = len(settings["schemes"]) * len(settings["seeds"])
 
         def work(token, progress):
-            from gptcore.probes.residual import ProbeCancelled
+            from gptcore.interp.probes.residual import ProbeCancelled
 
             results = []
             try:

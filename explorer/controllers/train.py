@@ -1,12 +1,12 @@
 """Train controller: starts `python -m gptcore.train` as a child, follows its run folder, and puts
 the step the user scrubs to into the session so every other panel shows the model as it was then.
 
-Following: a run folder is read by explorer/training_follow.py. Opening one reads its whole trace
+Following: a run folder is read by explorer/session/training_follow.py. Opening one reads its whole trace
 once in a worker (a finished run's trace can be megabytes); after that a QTimer polls every
 POLL_MS on the GUI thread, which reads only what was appended since (a few KB). A folder deleted
 or damaged while followed shows the reader's message above the charts and keeps them.
 
-Scrubbing: a step's weights load in a worker (explorer/training_models.py) under one runner key,
+Scrubbing: a step's weights load in a worker (explorer/session/training_models.py) under one runner key,
 so a fast drag keeps only the last step; the session then announces a TrainingStepShown (or a
 ModelSwapped, the first time) and the window's status bar says which step is shown.
 """
@@ -18,12 +18,12 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QFileDialog
 
-from ..panels.train_panel import TrainPanel
-from ..session_events import ModelSwapped
-from ..train_process import TrainProcess
-from ..training_follow import RunFollower, RunFollowError, new_run_dir, remember_run
-from .base import PanelController
-from .train_settings import command_settings, form_defaults, induction_preset_available, preset_values, run_form_values
+from explorer.views.train.panel import TrainPanel
+from explorer.session.events import ModelSwapped
+from explorer.runtime.train_process import TrainProcess
+from explorer.session.training_follow import RunFollower, RunFollowError, new_run_dir, remember_run
+from explorer.controllers.base import PanelController
+from explorer.controllers.train_settings import command_settings, form_defaults, induction_preset_available, preset_values, run_form_values
 
 POLL_MS = 500
 OPEN_KEY = "train-open"
@@ -36,7 +36,7 @@ CENSUS_SHOWN = ("previous_token", "induction", "position_copy")
 class TrainController(PanelController):
     @classmethod
     def make_view(cls, ctx) -> TrainPanel:
-        from gptcore.init import INIT_SCHEMES
+        from gptcore.model.init import INIT_SCHEMES
 
         view = TrainPanel(INIT_SCHEMES)
         view.form.set_values(form_defaults("cpu"))
@@ -233,7 +233,7 @@ class TrainController(PanelController):
         f = self.follower
         if f is None or scheme not in f.series or self.ctx.session is None:
             return
-        from ..training_models import show_step, step_name
+        from explorer.session.training_models import show_step, step_name
 
         self.follow_session = True
         self._step_requested = (scheme, step)
@@ -311,7 +311,7 @@ class TrainController(PanelController):
     def use_config(self, config: dict) -> None:
         """A model config (the Config panel's): the form's shape fields, plus every other field that
         differs from nanoGPT's CPU recipe passed on as --key=value (the corpus sets vocab_size)."""
-        from gptcore.config import GPTConfig
+        from gptcore.model.config import GPTConfig
         from gptcore.training.config import CPU_RECIPE_MODEL
 
         shown = ("n_layer", "n_head", "n_embd", "block_size", "bias", "dropout")
@@ -334,8 +334,8 @@ class TrainController(PanelController):
         vocab = [p for p in (self.follower.root / "char_vocab.json",) if p.is_file()]
 
         def work(token, progress):
-            from gptcore.export_hf import save_hf_folder
-            from gptcore.loading import load
+            from gptcore.io.export_hf import save_hf_folder
+            from gptcore.io.loading import load
 
             model, _info = load(str(src), device="cpu")
             return save_hf_folder(model, target, extra_files=vocab)
@@ -364,7 +364,7 @@ class TrainController(PanelController):
     # -- the contract ----------------------------------------------------------------------------------
     def invalidate(self, event) -> None:
         if isinstance(event, ModelSwapped) and self.follower is not None:
-            from ..training_models import is_run_model
+            from explorer.session.training_models import is_run_model
 
             if not is_run_model(event.new, self.follower.root) and (self.follow_session or self.shown):
                 self.follow_session, self.shown = False, None

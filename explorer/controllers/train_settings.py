@@ -11,7 +11,7 @@ from pathlib import Path
 
 def form_defaults(preset: str = "cpu") -> dict:
     """The form's values: nanoGPT's CPU recipe (the default) or train.py's own defaults."""
-    from gptcore.config import GPTConfig
+    from gptcore.model.config import GPTConfig
     from gptcore.train import DEFAULT_PROBE_INTERVAL
     from gptcore.training.config import CPU_RECIPE_MODEL, TrainConfig
 

@@ -35,13 +35,13 @@ from typing import Callable
 
 import torch
 
-from ..config import GPTConfig
-from ..params import count_parameters
-from . import patching as bench_patching
-from . import smollm2 as bench_smollm2
-from .patching import TARGETS as PATCHING_TARGETS
-from .smollm2 import TARGETS as SMOLLM2_TARGETS
-from .timing import cpu_name, timed, timed_pair
+from gptcore.model.config import GPTConfig
+from gptcore.model.params import count_parameters
+from gptcore.benches import patching as bench_patching
+from gptcore.benches import smollm2 as bench_smollm2
+from gptcore.benches.patching import TARGETS as PATCHING_TARGETS
+from gptcore.benches.smollm2 import TARGETS as SMOLLM2_TARGETS
+from gptcore.benches.timing import cpu_name, timed, timed_pair
 
 GPT2_SMALL = dict(vocab_size=50257, n_positions=1024, n_layer=12, n_head=12, n_embd=768)
 TINY = dict(vocab_size=1000, n_positions=128, n_layer=2, n_head=4, n_embd=64)
@@ -69,7 +69,7 @@ def _hf_pair(shape: dict, device: torch.device):
     """HF GPT2LMHeadModel with random weights (seeded) and our GPT holding the same ones."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from ..convert import from_hf_state_dict
+    from gptcore.io.convert import from_hf_state_dict
 
     hf_config = GPT2Config(**shape, bos_token_id=0, eos_token_id=0, attn_implementation="eager")
     torch.manual_seed(0)
@@ -112,7 +112,7 @@ def bench_forward_capture(hf, ours, ids: torch.Tensor, plan: Plan, device) -> di
 def bench_decode(hf, ours, prompt: torch.Tensor, plan: Plan, device) -> dict:
     from transformers import GenerationConfig
 
-    from ..generation import generate
+    from gptcore.generation.streaming import generate
 
     n = plan.new_tokens
     config = GenerationConfig(do_sample=False, max_new_tokens=n, min_new_tokens=0, eos_token_id=None,
@@ -137,7 +137,7 @@ def bench_decode(hf, ours, prompt: torch.Tensor, plan: Plan, device) -> dict:
 def bench_load(hf, plan: Plan, device) -> dict:
     from transformers import GPT2LMHeadModel
 
-    from ..loading import load
+    from gptcore.io.loading import load
 
     with tempfile.TemporaryDirectory(prefix="gptcore-bench-") as folder:
         hf.to("cpu").save_pretrained(folder)
@@ -177,7 +177,7 @@ def run_bench(quick: bool = False, device: torch.device | None = None, progress=
     import transformers
     import transformers.utils.logging
 
-    from ..loading import default_device
+    from gptcore.io.loading import default_device
 
     transformers.utils.logging.disable_progress_bar()  # its bars would interleave with ours
     plan = QUICK if quick else FULL

@@ -41,7 +41,7 @@ def naive_patch_heads(model, clean: torch.Tensor, corrupt: torch.Tensor, target:
 
 def bench_patch_heads(ours, shape: dict, tokens: int, runs: int, device, timed_pair) -> dict:
     """patch_heads_* figures; `timed_pair` is timing.timed_pair (interleaved medians)."""
-    from ..patching import patch_heads
+    from gptcore.interp.patching import patch_heads
 
     g = torch.Generator().manual_seed(2)
     V = shape["vocab_size"]

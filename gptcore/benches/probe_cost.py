@@ -22,15 +22,15 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the training command d
 
 
 def main(argv=None) -> int:
-    from ..config import GPTConfig
-    from ..model import GPT
-    from ..train import DEFAULT_PROBE_INTERVAL
-    from ..training.config import CPU_RECIPE_MODEL, TrainConfig
-    from ..training.data import load_corpus
-    from ..training.recorder import Recorder
-    from ..training.run import RunFolder
-    from ..training.trainer import Trainer
-    from .timing import machine_line
+    from gptcore.model.config import GPTConfig
+    from gptcore.model.gpt import GPT
+    from gptcore.train import DEFAULT_PROBE_INTERVAL
+    from gptcore.training.config import CPU_RECIPE_MODEL, TrainConfig
+    from gptcore.training.data import load_corpus
+    from gptcore.training.recorder import Recorder
+    from gptcore.training.run import RunFolder
+    from gptcore.training.trainer import Trainer
+    from gptcore.benches.timing import machine_line
 
     p = argparse.ArgumentParser(prog="python -m gptcore.benches.probe_cost", description=__doc__.splitlines()[0])
     p.add_argument("--interval", type=int, default=DEFAULT_PROBE_INTERVAL, help="probe_interval to price")

@@ -28,8 +28,8 @@ def bench_smollm2(quick: bool, device: torch.device, timed_pair, say=lambda mess
     """All smollm2_* figures (a flat dict). `timed_pair` is timing.timed_pair (interleaved medians)."""
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-    from ..generation import generate
-    from ..loading import load
+    from gptcore.generation.streaming import generate
+    from gptcore.io.loading import load
 
     shape = TINY_LLAMA if quick else SMOLLM2_135M
     load_runs, decode_runs = (2, 1) if quick else (7, 3)

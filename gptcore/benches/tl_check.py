@@ -84,10 +84,10 @@ def run_check() -> dict:
                                                 get_previous_token_head_detection_pattern)
     from transformer_lens.model_bridge import TransformerBridge
 
-    from ..attribution import direct_logit_attribution
-    from ..loading import load
-    from ..patching import patch_all
-    from ..probes.census import head_census
+    from gptcore.interp.attribution import direct_logit_attribution
+    from gptcore.io.loading import load
+    from gptcore.interp.patching import patch_all
+    from gptcore.interp.probes.census import head_census
 
     transformers.utils.logging.disable_progress_bar()
     from importlib.metadata import version
@@ -145,7 +145,7 @@ def run_check() -> dict:
 
 def _census_row(model, row: torch.Tensor, kind: str) -> torch.Tensor:
     """Our census score of one sequence (the census proper averages a batch)."""
-    from ..probes.census import detection_patterns, detection_score
+    from gptcore.interp.probes.census import detection_patterns, detection_score
 
     _, cache = model.run_with_cache(row[None], names_filter=lambda n: n.endswith("hook_pattern"), logits=None)
     d = detection_patterns(row)[kind]

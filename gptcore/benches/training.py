@@ -34,14 +34,14 @@ from pathlib import Path
 
 import torch
 
-from ..config import GPTConfig
-from ..model import GPT
-from ..training import speed
-from ..training.config import CPU_RECIPE_MODEL, TrainConfig
-from ..training.data import load_corpus
-from ..training.trainer import Trainer
-from .nanogpt_loop import NanoGPTLoop, default_nanogpt_path, load_nanogpt
-from .timing import machine_line
+from gptcore.model.config import GPTConfig
+from gptcore.model.gpt import GPT
+from gptcore.training import speed
+from gptcore.training.config import CPU_RECIPE_MODEL, TrainConfig
+from gptcore.training.data import load_corpus
+from gptcore.training.trainer import Trainer
+from gptcore.benches.nanogpt_loop import NanoGPTLoop, default_nanogpt_path, load_nanogpt
+from gptcore.benches.timing import machine_line
 
 TARGET_RATIO = 1.25
 EVAL_POINTS = (100, 250, 500, 1000, 2000, 5000)
@@ -147,7 +147,7 @@ def loss_curves(corpus, model_args: dict, cfg: TrainConfig, module, n_iters: int
     if ref is not None:
         sides["nanoGPT"] = ref
         if same_init:
-            from ..convert import convert_state_dict
+            from gptcore.io.convert import convert_state_dict
 
             start_weights, _ = convert_state_dict(ref.model.state_dict(), conv1d=False)
             for name in sides:

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import torch
 
-from ..config import GPTConfig
-from ..layouts import GPTCORE_CKPT as OUR_FORMAT  # layouts.py recognises it when loading
-from .config import TrainConfig
-from .errors import CheckpointError
+from gptcore.model.config import GPTConfig
+from gptcore.io.layouts import GPTCORE_CKPT as OUR_FORMAT  # layouts.py recognises it when loading
+from gptcore.training.config import TrainConfig
+from gptcore.training.errors import CheckpointError
 NANOGPT_ARGS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "vocab_size", "dropout")
 
 
@@ -115,9 +115,9 @@ def _sync_folder(folder: Path) -> None:
 def read_checkpoint(path) -> tuple[dict, GPTConfig, dict]:
     """(the checkpoint dict, its GPTConfig, its model state in our names), read safely
     (torch.load(weights_only=True): nothing in the file can run)."""
-    from ..checkpoints import LoadError, read_torch
-    from ..config import ConfigError
-    from ..convert import convert_state_dict
+    from gptcore.io.checkpoints import LoadError, read_torch
+    from gptcore.model.config import ConfigError
+    from gptcore.io.convert import convert_state_dict
 
     path = Path(path)
     if path.is_dir():
@@ -149,7 +149,7 @@ def check_corpus(path, ckpt: dict, config: GPTConfig, corpus) -> None:
     """DataError unless `corpus` gives ids the checkpoint's model reads as it was trained to: a
     vocabulary that fits, the same tokenizer (if the checkpoint recorded one) and, for
     characters, the same character per id (char_vocab.json beside the checkpoint)."""
-    from .data import DataError, read_saved_vocab
+    from gptcore.training.data import DataError, read_saved_vocab
 
     path = Path(path)
     folder = path if path.is_dir() else path.parent
@@ -165,7 +165,7 @@ def check_corpus(path, ckpt: dict, config: GPTConfig, corpus) -> None:
 def resume_trainer(cls, path, train_config: TrainConfig, *, corpus=None, device=None, fused=None):
     """A `cls` (Trainer) with the model, optimizer, iter_num and best_val_loss saved at `path`;
     with `corpus`, refuses data the model would read differently (see check_corpus)."""
-    from ..model import GPT
+    from gptcore.model.gpt import GPT
 
     ckpt, config, state = read_checkpoint(path)
     if corpus is not None:

@@ -2,7 +2,7 @@
 
 Three sources, as nanoGPT has them: a text file encoded char-level (shakespeare_char's way:
 the vocabulary is the sorted set of its characters, the first 90 % trains, the last 10 %
-validates) or with GPT-2's BPE (offline, gptcore.tokenizer); a folder nanoGPT's prepare.py
+validates) or with GPT-2's BPE (offline, gptcore.io.tokenizer); a folder nanoGPT's prepare.py
 wrote (train.bin/val.bin of uint16 ids + meta.pkl); and, when nothing is given, the text of
 CPython's `pydoc_data.topics` ("pydoc topics"), which is wherever Python is, so a run needs no
 download.
@@ -62,14 +62,14 @@ class Corpus:
                 raise DataError(f"characters {''.join(missing)!r} are not in this corpus's vocabulary of "
                                 f"{len(self.chars)}; use only characters the model was trained on")
             return [self._stoi[c] for c in text]
-        from ..tokenizer import gpt2_tokenizer
+        from gptcore.io.tokenizer import gpt2_tokenizer
 
         return gpt2_tokenizer().encode(text)
 
     def decode(self, ids) -> str:
         if self.tokenizer == "char":
             return "".join(self.chars[i] if 0 <= i < len(self.chars) else "\N{REPLACEMENT CHARACTER}" for i in ids)
-        from ..tokenizer import gpt2_tokenizer
+        from gptcore.io.tokenizer import gpt2_tokenizer
 
         return gpt2_tokenizer().decode(list(ids))
 
@@ -188,7 +188,7 @@ def corpus_from_text(text: str, name: str, tokenizer: str, description: str) -> 
         ids = np.fromiter((stoi[c] for c in text), dtype=np.uint16 if len(chars) < 65536 else np.int32, count=len(text))
         vocab = len(chars)
     else:
-        from ..tokenizer import gpt2_tokenizer
+        from gptcore.io.tokenizer import gpt2_tokenizer
 
         enc = gpt2_tokenizer()
         ids, chars, vocab = np.array(enc.encode_ordinary(text), dtype=np.uint16), None, enc.n_vocab

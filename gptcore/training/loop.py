@@ -22,12 +22,12 @@ from pathlib import Path
 
 import torch
 
-from ..config import GPTConfig
-from .config import TrainConfig
-from .recorder import Recorder
-from .run import RunFolder
-from .trace import TraceWriter
-from .trainer import NonFiniteLoss, Trainer
+from gptcore.model.config import GPTConfig
+from gptcore.training.config import TrainConfig
+from gptcore.training.recorder import Recorder
+from gptcore.training.run import RunFolder
+from gptcore.training.trace import TraceWriter
+from gptcore.training.trainer import NonFiniteLoss, Trainer
 
 EXIT_OK, EXIT_FAILED, EXIT_SIGINT = 0, 1, 130
 _STOP_CODES = {0: None, 1: "max_time", 2: "SIGTERM", 3: "SIGINT"}
@@ -87,14 +87,14 @@ class TrainingRun:
                 self.trainers[scheme] = Trainer.from_checkpoint(path, cfg, device=plan.device)
             steps = {s: t.iter_num for s, t in self.trainers.items()}
             if len(set(steps.values())) > 1:
-                from .checkpoint import CheckpointError
+                from gptcore.training.checkpoint import CheckpointError
 
                 raise CheckpointError(f"the checkpoints of {plan.out_dir} are from different steps ({steps}); "
                                       f"the run was killed between two saves: start a new run")
             model_config = next(iter(self.trainers.values())).model.config
             self.corpus.check_vocab(model_config.vocab_size, _saved_vocab(self.folder.root), "the run's checkpoint")
         else:
-            from ..model import GPT
+            from gptcore.model.gpt import GPT
 
             for scheme in plan.schemes:
                 model = GPT(plan.model_config, init=scheme, seed=cfg.seed)
@@ -295,7 +295,7 @@ def peak_memory_mb(device) -> float:
 
 
 def _saved_vocab(folder: Path):
-    from .data import read_saved_vocab
+    from gptcore.training.data import read_saved_vocab
 
     return read_saved_vocab(folder)
 

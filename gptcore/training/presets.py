@@ -41,8 +41,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import GPTConfig
-from .config import TrainConfig
+from gptcore.model.config import GPTConfig
+from gptcore.training.config import TrainConfig
 
 INDUCTION_PRESET = {
     "model": dict(vocab_size=64, block_size=32, n_layer=2, n_head=2, n_embd=64, bias=True,
@@ -82,7 +82,7 @@ class Preset:
         return TrainConfig.from_dict({**TrainConfig().to_dict(), **self.train, **overrides})
 
     def make_corpus(self):
-        from .synthetic import induction_corpus
+        from gptcore.training.synthetic import induction_corpus
 
         spec = {k: v for k, v in self.corpus.items() if k != "kind"}
         return induction_corpus(vocab_size=self.model["vocab_size"], **spec)

@@ -36,9 +36,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..probes.census import head_census
-from ..probes.residual import boundary_axis, stream_norms
-from .run import RunFolder
+from gptcore.interp.probes.census import head_census
+from gptcore.interp.probes.residual import boundary_axis, stream_norms
+from gptcore.training.run import RunFolder
 
 PROMPT_TOKENS = 32  # the attention probe's T: (L, nh, 32, 32) stays small for any model
 PROBE_ROWS = 8  # val windows for the residual norms
@@ -128,7 +128,7 @@ class Recorder:
         return out
 
     def _sample(self, model) -> dict:
-        from ..generation import generate
+        from gptcore.generation.streaming import generate
 
         prompt = self.prompt[:SAMPLE_PROMPT_TOKENS].tolist()
         steps = generate(model, prompt, max_new_tokens=SAMPLE_TOKENS, temperature=0.8, seed=SAMPLE_SEED,

@@ -144,7 +144,7 @@ class RunFolder:
         """The weights alone (no optimizer), a tied head stored once; ~3 MB at the CPU recipe."""
         from safetensors.torch import save_file
 
-        from ..layouts import GPTCORE_STEP
+        from gptcore.io.layouts import GPTCORE_STEP
 
         path = self.step_weights(scheme, step)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -165,7 +165,7 @@ class RunFolder:
 
     def load_step(self, scheme: str, step: int, device="cpu"):
         """A GPT with the weights of `scheme` at `step` (gptcore.load reads the config they carry)."""
-        from ..loading import load
+        from gptcore.io.loading import load
 
         path = self.step_weights(scheme, step)
         if not path.is_file():

@@ -12,12 +12,12 @@ import dataclasses
 import os
 from pathlib import Path
 
-from ..config import GPTConfig
-from ..init import INIT_SCHEMES
-from .config import CPU_RECIPE_MODEL, TrainConfig
-from .data import load_corpus
-from .loop import RunPlan
-from .run import RunFolder
+from gptcore.model.config import GPTConfig
+from gptcore.model.init import INIT_SCHEMES
+from gptcore.training.config import CPU_RECIPE_MODEL, TrainConfig
+from gptcore.training.data import load_corpus
+from gptcore.training.loop import RunPlan
+from gptcore.training.run import RunFolder
 
 MEMORY_HEADROOM = 0.9  # refuse a run estimated above this share of the free memory
 
@@ -108,7 +108,7 @@ def plan_run(settings: Settings, argv: list[str], world_size: int = 1, rank: int
 
 def _preset(name: str, given: set):
     """The named preset (presets.PRESETS); it brings its own data, so --data/--tokenizer cannot join it."""
-    from .presets import PRESETS
+    from gptcore.training.presets import PRESETS
 
     if name not in PRESETS:
         raise UsageError(f"--preset={name}: no such preset; choose one of {', '.join(PRESETS)}")
@@ -166,7 +166,7 @@ def training_memory(model: GPTConfig, train: TrainConfig, n_schemes: int) -> int
     layer at 16 bits, doubled in fp32; their 5·a·s²·b term for the stored attention scores is left
     out because training runs the fused attention kernel, which never keeps the (T, T) scores) and
     the logits with their gradient. "auto" counts as float32: an estimate that errs high."""
-    from ..params import count_parameters
+    from gptcore.model.params import count_parameters
 
     b, s, h = train.batch_size, model.block_size, model.n_embd
     act_scale = 1.0 if train.dtype in ("bfloat16", "float16") else 2.0
@@ -195,7 +195,7 @@ def free_memory(device: str) -> int | None:
 
 
 def check_fits(model: GPTConfig, train: TrainConfig, n_schemes: int, device: str) -> int:
-    from ..params import format_bytes
+    from gptcore.model.params import format_bytes
 
     need = training_memory(model, train, n_schemes)
     free = free_memory(device)

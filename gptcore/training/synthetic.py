@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .data import Corpus, DataError, batch_seed
+from gptcore.training.data import Corpus, DataError, batch_seed
 
 MIN_SEGMENT = 4
 MAX_SEGMENT = 32

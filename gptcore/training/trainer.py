@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import speed
-from .config import TrainConfig, TrainConfigError
-from .errors import NonFiniteLoss, TrainingError  # noqa: F401  (TrainingError: re-exported)
+from gptcore.training import speed
+from gptcore.training.config import TrainConfig, TrainConfigError
+from gptcore.training.errors import NonFiniteLoss, TrainingError  # noqa: F401  (TrainingError: re-exported)
 
 BatchFn = Callable[[str, int], "tuple[torch.Tensor, torch.Tensor]"]
 _AUTOCAST = {"bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -217,7 +217,7 @@ class Trainer:
         `corpus` (data.Corpus) its name and tokenizer go into the checkpoint's config and a char
         vocabulary into char_vocab.json beside it. `extra`: plain values (str, numbers, bool,
         None, lists and dicts of them) added to the checkpoint's config. Under DDP: rank 0 only."""
-        from .checkpoint import save_checkpoint
+        from gptcore.training.checkpoint import save_checkpoint
 
         save_checkpoint(path, self, corpus=corpus, **extra)
 
@@ -227,7 +227,7 @@ class Trainer:
         """Resume: the model, the optimizer state, iter_num and best_val_loss of `path` (a ckpt.pt
         or its folder). With `corpus`, data that would not mean the same ids to this model (another
         vocabulary size, tokenizer or character set) is refused with a DataError first."""
-        from .checkpoint import resume_trainer
+        from gptcore.training.checkpoint import resume_trainer
 
         return resume_trainer(cls, path, train_config, corpus=corpus, device=device, fused=fused)
 

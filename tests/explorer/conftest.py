@@ -16,8 +16,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
 
-from explorer.context import PanelContext  # noqa: E402
-from explorer.session import Session  # noqa: E402
+from explorer.controllers.context import PanelContext  # noqa: E402
+from explorer.session.core import Session  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,7 +42,7 @@ def tiny_session() -> Session:
 
 @pytest.fixture
 def runner(qapp):
-    from explorer.workers import TaskRunner
+    from explorer.runtime.workers import TaskRunner
 
     r = TaskRunner()
     yield r
@@ -63,7 +63,7 @@ def window(qtbot, tiny_session, runner, tmp_path):
     """The main window on the tiny session, shown, with settings in a temporary file."""
     from PySide6.QtCore import QSettings
 
-    from explorer.main_window import MainWindow
+    from explorer.shell.window import MainWindow
 
     w = MainWindow(tiny_session, runner, settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
     qtbot.addWidget(w)
@@ -115,7 +115,7 @@ def _leaks(qapp) -> list[str]:
     from PySide6.QtCore import QCoreApplication, QEvent, QThreadPool, QTimer
     from PySide6.QtWidgets import QApplication
 
-    from explorer.workers import live_runners
+    from explorer.runtime.workers import live_runners
 
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     found = []
@@ -140,7 +140,7 @@ def _leaks(qapp) -> list[str]:
 def _clean_up(qapp) -> None:
     from PySide6.QtWidgets import QApplication
 
-    from explorer.workers import live_runners
+    from explorer.runtime.workers import live_runners
 
     for r in live_runners():
         r.wait_all(5000)

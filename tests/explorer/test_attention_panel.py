@@ -11,9 +11,9 @@ from PySide6.QtGui import QImage
 
 from explorer.controllers.attention import AttentionController
 from explorer.controllers.base import PanelPage
-from explorer.panels.heatmap_grid import LOG_FLOOR
-from explorer.panels.token_stream import visible_token
-from explorer.context import PanelContext
+from explorer.widgets.heatmap_grid import LOG_FLOOR
+from explorer.widgets.token_stream import visible_token
+from explorer.controllers.context import PanelContext
 
 IDLE_MS = 20000
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtWidgets import QApplication
 
-from explorer.panels.attention_panel import AttentionPanel
-from explorer.panels.token_chips import TokenChips
+from explorer.views.attention.panel import AttentionPanel
+from explorer.widgets.token_chips import TokenChips
 
 
 def _draw(panel, result, layer=0, head=1):
@@ -74,7 +74,7 @@ def test_chip_widths_follow_a_font_change(qtbot):
 def test_grey_mask_covers_exactly_the_future_cells():
     from PySide6.QtCore import QPointF
 
-    from explorer.panels.heatmap_grid import future_mask_path
+    from explorer.widgets.heatmap_grid import future_mask_path
 
     rows, cols, t = 2, 3, 5
     path = future_mask_path(rows, cols, t)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from PySide6.QtCore import QEventLoop, Qt, QTimer
 from PySide6.QtTest import QTest
 
-from explorer.context import PanelContext
+from explorer.controllers.context import PanelContext
 from explorer.controllers.attention import AttentionController
 from explorer.controllers.base import PanelPage
 

@@ -7,7 +7,7 @@ import pytest
 
 from explorer.controllers.attribution import DEFAULT_CORRUPT, DEFAULT_PROMPT, AttributionController
 from explorer.controllers.base import PanelPage
-from explorer.panels.attribution_panel import Pick
+from explorer.views.attribution.panel import Pick
 
 WAIT = 30_000
 
@@ -266,7 +266,7 @@ def test_a_model_swap_clears_the_panel_and_redraws_for_the_new_model(qtbot, view
 def test_the_census_table_shows_position_copy_heads_in_their_own_column(qtbot):
     from PySide6.QtCore import Qt
 
-    from explorer.panels.census_table import COLUMNS, CensusTable
+    from explorer.views.attribution.census_table import COLUMNS, CensusTable
 
     table = CensusTable()
     qtbot.addWidget(table)

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _bench(*args) -> list[dict]:
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    done = subprocess.run([sys.executable, "-m", "explorer.bench", "--shape", "tiny", "--edits", "2",
+    done = subprocess.run([sys.executable, "-m", "explorer.benches.live", "--shape", "tiny", "--edits", "2",
                            "--new-tokens", "0", "--no-recompute", "--json", *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

@@ -8,7 +8,7 @@ import numpy as np
 
 
 def test_generation_does_not_hold_a_keystroke_for_more_than_one_step(qtbot, runner, single_torch_thread):
-    from explorer.session import Session
+    from explorer.session.core import Session
 
     session = Session.tiny(seed=5, block_size=512)
     produced, first, ran_at = [], threading.Event(), []
@@ -49,7 +49,7 @@ def test_generation_does_not_hold_a_keystroke_for_more_than_one_step(qtbot, runn
 def test_residual_sweep_serves_a_keystroke_between_two_of_its_steps(qtbot, runner, single_torch_thread):
     """The residual controller's sweep reports progress per (scheme, seed) step; a capture
     submitted meanwhile runs at the next step, long before the sweep ends."""
-    from explorer.session import Session
+    from explorer.session.core import Session
 
     session = Session.tiny(seed=6)
     steps, first, ran_at, results = [], threading.Event(), [], []

@@ -5,8 +5,8 @@ import pytest
 
 from explorer.controllers.base import PanelPage
 from explorer.controllers.config import ConfigController
-from gptcore.config import GPTConfig
-from gptcore.params import count_parameters
+from gptcore.model.config import GPTConfig
+from gptcore.model.params import count_parameters
 
 TINY_BUILD = dict(vocab_size=50257, block_size=32, n_layer=1, n_head=2, n_embd=32)
 
@@ -142,12 +142,12 @@ def test_fault_build_refused_over_memory_with_the_estimate(qtbot, window, tiny_s
 def test_fault_cuda_oom_during_build_suggests_cpu_or_a_smaller_model(qtbot, window, tiny_session, monkeypatch):
     import torch
 
-    import gptcore.init
+    import gptcore.model.init
 
     def oom(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr(gptcore.init, "init_weights", oom)
+    monkeypatch.setattr(gptcore.model.init, "init_weights", oom)
     view = window.show_panel("config").view
     _set_form(view, TINY_BUILD)
     before = tiny_session.model
@@ -189,7 +189,7 @@ def test_an_invalid_field_dims_the_readout_and_the_preset_says_custom(page):
 
 
 def test_build_names_the_preset_when_the_config_equals_one(qtbot, window, tiny_session, monkeypatch):
-    from explorer.devices import BuildRefused  # noqa: F401 - the real check_fits is bypassed below
+    from explorer.runtime.devices import BuildRefused  # noqa: F401 - the real check_fits is bypassed below
 
     view = window.show_panel("config").view
     monkeypatch.setattr(tiny_session, "check_fits", lambda *_a, **_k: None)

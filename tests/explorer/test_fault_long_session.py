@@ -25,7 +25,7 @@ from PySide6.QtWidgets import QApplication
 from explorer.controllers.attention import AttentionController
 from explorer.controllers.base import PanelPage
 from explorer.controllers.generation import GenerationController
-from explorer.context import PanelContext
+from explorer.controllers.context import PanelContext
 
 EDITS = 500
 GENERATIONS = 20

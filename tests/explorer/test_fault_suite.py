@@ -27,9 +27,9 @@ from PySide6.QtCore import QSettings, QTimer
 from explorer.controllers.attention import AttentionController
 from explorer.controllers.base import PanelPage
 from explorer.controllers.generation import GenerationController
-from explorer.main_window import MainWindow
-from explorer.context import PanelContext
-from explorer.session import Session
+from explorer.shell.window import MainWindow
+from explorer.controllers.context import PanelContext
+from explorer.session.core import Session
 
 transformers = pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
@@ -194,7 +194,7 @@ def test_fault_bad_checkpoint_opened_in_the_window_loses_nothing(qtbot, window, 
 def test_fault_tampered_tokenizer_is_reported_and_not_used(qtbot, runner, tiny_session, tmp_path, monkeypatch):
     import shutil
 
-    import gptcore.tokenizer as tokenizer_module
+    import gptcore.io.tokenizer as tokenizer_module
 
     data = tmp_path / "data"
     shutil.copytree(tokenizer_module._data_dir(), data)
@@ -298,8 +298,8 @@ torch.set_num_threads(1)
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 import explorer.app as explorer_app
-from explorer.main_window import MainWindow
-from explorer.session import Session
+from explorer.shell.window import MainWindow
+from explorer.session.core import Session
 
 mode = sys.argv[1]
 
@@ -459,7 +459,7 @@ def test_fault_block_size_one_model_works_in_attention_and_generation(qtbot, run
 def test_fault_model_swap_during_residual_sweep_draws_the_new_models_curve(qtbot, runner, tmp_path):
     from explorer.controllers.base import PanelPage
     from explorer.controllers.residual import ResidualController
-    from gptcore.probes.residual import model_residual_norms
+    from gptcore.interp.probes.residual import model_residual_norms
 
     def trained_folder(name, seed):
         torch.manual_seed(seed)

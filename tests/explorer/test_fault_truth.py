@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSettings
 
-from explorer.main_window import MainWindow
-from explorer.session import Session
+from explorer.shell.window import MainWindow
+from explorer.session.core import Session
 
 WAIT_MS = 120_000
 

@@ -14,10 +14,10 @@ from PySide6.QtGui import QTextCursor
 
 from explorer.controllers.base import PanelPage
 from explorer.controllers.generation import LOGITS_KEY, GenerationController
-from explorer.panels.sampling_controls import top_k_ladder
-from explorer.panels.token_stream import format_prob, probability_colour
-from gptcore.generation import generate
-from gptcore.sampling import check_settings
+from explorer.views.generation.sampling_controls import top_k_ladder
+from explorer.widgets.token_stream import format_prob, probability_colour
+from gptcore.generation.streaming import generate
+from gptcore.generation.sampling import check_settings
 
 PROMPT = "The quick brown fox"
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from PySide6.QtWidgets import QLabel
 
-from gptcore.head_count import head_count_choices
+from gptcore.io.head_count import head_count_choices
 
 ROOT = Path(__file__).resolve().parents[2]
 WIDTH, CTX, VOCAB, LAYERS, HEADS = 96, 16, 50257, 1, 4

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import QSettings
 
-from explorer.main_window import MainWindow
+from explorer.shell.window import MainWindow
 
 WAIT_MS = 30_000
 pytestmark = pytest.mark.usefixtures("single_torch_thread")

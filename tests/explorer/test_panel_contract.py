@@ -14,9 +14,9 @@ import pytest
 from PySide6.QtCore import QSettings
 
 from explorer.controllers.base import MODEL_CHANGED, PanelController, PanelPage
-from explorer.main_window import MainWindow
-from explorer.registry import PANELS
-from explorer.session import Session
+from explorer.shell.window import MainWindow
+from explorer.shell.registry import PANELS
+from explorer.session.core import Session
 
 WAIT_MS = 30_000
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
@@ -50,7 +50,7 @@ def test_every_panel_is_a_view_plus_a_panel_controller(qtbot, window, spec):
     assert issubclass(cls, PanelController) and cls.__name__.endswith("Controller")
     page = window.show_panel(spec.name)
     assert isinstance(page, PanelPage) and isinstance(page.controller, cls)
-    assert type(page.view).__name__.endswith("Panel") and type(page.view).__module__.startswith("explorer.panels.")
+    assert type(page.view).__name__.endswith("Panel") and type(page.view).__module__.startswith("explorer.views.")
     qtbot.waitUntil(lambda: page.is_ready, timeout=WAIT_MS)  # every panel draws something by itself
     _quiet(qtbot, window.runner)
 
@@ -114,7 +114,7 @@ def test_generation_errors_input_in_panel_bug_in_dialog(qtbot, runner, tmp_path,
 
 
 def test_config_errors_input_in_panel_bug_in_dialog(qtbot, window, caplog, monkeypatch):
-    from explorer.devices import BuildRefused
+    from explorer.runtime.devices import BuildRefused
 
     page = window.show_panel("config")
     view = page.view

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from explorer import platform_check
-from explorer.platform_check import XCB_PLUGIN_LIBRARIES, xcb_is_next, xcb_problem
+import explorer.shell.platform_check as platform_check
+from explorer.shell.platform_check import XCB_PLUGIN_LIBRARIES, xcb_is_next, xcb_problem
 
 ROOT = Path(__file__).resolve().parents[2]
 TRIO = ["libxcb-cursor.so.0", "libxcb-icccm.so.4", "libxcb-keysyms.so.1"]
@@ -103,7 +103,7 @@ def _run_app(args, tmp_path, missing=None, **env):
     patch = ""
     if missing is not None:
         patch = textwrap.dedent(f"""
-            from explorer import platform_check
+            from explorer.shell import platform_check
             def load(soname, missing={sorted(missing)!r}):
                 if soname in missing:
                     raise OSError(soname + ": cannot open shared object file")

@@ -10,14 +10,14 @@ from PySide6.QtGui import QImage
 from explorer.controllers import residual as residual_controller
 from explorer.controllers.base import PanelPage
 from explorer.controllers.residual import ResidualController
-from explorer.panels.residual_panel import ResidualPanel
-from explorer.context import PanelContext
-from explorer.registry import find_panel
-from explorer.session import ModelInfo, Session
-from gptcore.init import INIT_SCHEMES
-from gptcore.model import GPT
-from gptcore.probes import residual as residual_probe
-from gptcore.probes.residual import model_residual_norms, residual_norms
+from explorer.views.residual.panel import ResidualPanel
+from explorer.controllers.context import PanelContext
+from explorer.shell.registry import find_panel
+from explorer.session.core import ModelInfo, Session
+from gptcore.model.init import INIT_SCHEMES
+from gptcore.model.gpt import GPT
+import gptcore.interp.probes.residual as residual_probe
+from gptcore.interp.probes.residual import model_residual_norms, residual_norms
 
 # Tiny models: a second OpenMP thread only adds spin-waiting on a shared machine.
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
@@ -228,7 +228,7 @@ def test_screenshot_mode_renders_the_residual_panel(tmp_path, hf_checkpoint, run
 
 def test_rmsnorm_curves_are_measured_on_rmsnorm_models(qtbot, panel_context, monkeypatch):
     """The Norm choice reaches the random models the sweep builds (LayerNorm vs RMSNorm curves)."""
-    import gptcore.probes.residual as probe
+    import gptcore.interp.probes.residual as probe
 
     built = []
     real = probe.residual_norms

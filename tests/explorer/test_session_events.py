@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from explorer.session import Session
-from explorer.session_events import AblationChanged, ModelSwapped, SettingsChanged, TrainingStepShown
+from explorer.session.core import Session
+from explorer.session.events import AblationChanged, ModelSwapped, SettingsChanged, TrainingStepShown
 
 SMALL = dict(n_layer=2, n_head=2, n_embd=32, block_size=64)
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from explorer.session import Session
+from explorer.session.core import Session
 
 IOI = "When Mary and John went to the store, John gave a drink to"
 IOI_CORRUPT = "When Mary and John went to the store, Mary gave a drink to"

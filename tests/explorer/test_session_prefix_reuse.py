@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from explorer.session import Session
+from explorer.session.core import Session
 
 FIELDS = ("token_ids", "thumbnails", "bin_edges", "entropy", "prev_token", "first_token", "lens_probs")
 

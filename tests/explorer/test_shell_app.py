@@ -69,8 +69,8 @@ DRIVER = textwrap.dedent('''
 
     app = QApplication(sys.argv[:1])
     from explorer import app as explorer_app
-    from explorer.main_window import MainWindow
-    from explorer.workers import MODEL_TASK, Cancelled
+    from explorer.shell.window import MainWindow
+    from explorer.runtime.workers import MODEL_TASK, Cancelled
 
     mode = sys.argv[1]
     started = threading.Event()
@@ -146,8 +146,8 @@ def test_window_paints_before_torch_is_imported(tmp_path):
         import sys
         from PySide6.QtWidgets import QApplication
         app = QApplication([])
-        from explorer.main_window import MainWindow
-        from explorer.workers import TaskRunner
+        from explorer.shell.window import MainWindow
+        from explorer.runtime.workers import TaskRunner
         w = MainWindow(None, TaskRunner())
         w.show()
         app.processEvents()

@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from explorer.devices import BuildRefused, build_memory_estimate
-from explorer.session import Session
-from gptcore.config import ConfigError, GPTConfig
-from gptcore.params import count_parameters
+from explorer.runtime.devices import BuildRefused, build_memory_estimate
+from explorer.session.core import Session
+from gptcore.model.config import ConfigError, GPTConfig
+from gptcore.model.params import count_parameters
 
 TINY = dict(vocab_size=500, block_size=32, n_layer=2, n_head=2, n_embd=32)
 
@@ -31,7 +31,7 @@ def test_build_swaps_the_model_and_bumps_version(tiny_session):
 
 def test_build_matches_a_directly_constructed_model(tiny_session):
     tiny_session.build(TINY, "gpt2", seed=7)
-    from gptcore.model import GPT
+    from gptcore.model.gpt import GPT
 
     direct = GPT(GPTConfig(**TINY), init="gpt2", seed=7)
     for (name, a), (_, b) in zip(tiny_session.model.state_dict().items(), direct.state_dict().items()):
@@ -80,7 +80,7 @@ def test_load_default_offline_builds_labelled_untrained_gpt2_shape(monkeypatch):
 def test_fault_superseded_build_never_replaces_the_newer_model(tiny_session):
     """A Build the user superseded (a newer load/build set its cancel flag) may finish its work
     later; it must not install its model over the newer one (checked under the session lock)."""
-    from gptcore.loading import LoadCancelled
+    from gptcore.io.loading import LoadCancelled
 
     before, version = tiny_session.model, tiny_session.version
     cfg = GPTConfig(vocab_size=300, block_size=16, n_layer=1, n_head=2, n_embd=16).to_dict()

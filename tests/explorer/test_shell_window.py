@@ -9,9 +9,9 @@ import pytest
 from PySide6.QtCore import QSettings, QTimer
 
 from explorer import app as app_module
-from explorer.main_window import MainWindow
-from explorer.registry import PANELS
-from explorer.workers import MODEL_TASK
+from explorer.shell.window import MainWindow
+from explorer.shell.registry import PANELS
+from explorer.runtime.workers import MODEL_TASK
 
 
 def _settings(tmp_path) -> QSettings:
@@ -200,8 +200,8 @@ def test_fault_cuda_oom_in_a_forward_suggests_cpu_or_a_smaller_model(qtbot, wind
 # --- error titles: our own ValueErrors are input problems, others stay unexpected -----------------------
 
 def test_a_value_error_raised_by_our_code_gets_an_input_title():
-    from explorer.errors import explain
-    from explorer.session import Session
+    from explorer.shell.errors import explain
+    from explorer.session.core import Session
 
     with pytest.raises(ValueError) as ours:
         Session.tiny(vocab_size=500).check_token_ids([15496])  # 'Hello', beyond a 500-token vocabulary
@@ -222,7 +222,7 @@ def test_a_value_error_raised_by_our_code_gets_an_input_title():
 
 def test_fault_out_of_vocabulary_generation_is_an_input_problem_shown_in_the_pane(qtbot, runner, tmp_path, caplog):
     """The one error rule: a diagnosed input problem is shown where it happened (no dialog) and logged."""
-    from explorer.session import Session
+    from explorer.session.core import Session
 
     window = MainWindow(Session.tiny(vocab_size=500), runner, settings=_settings(tmp_path))
     qtbot.addWidget(window)

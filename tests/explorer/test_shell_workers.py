@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from explorer.workers import Cancelled, CancelToken, TaskRunner
+from explorer.runtime.workers import Cancelled, CancelToken, TaskRunner
 
 
 def test_result_arrives_on_gui_thread(qtbot, runner):

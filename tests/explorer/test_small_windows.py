@@ -6,9 +6,9 @@ import pytest
 from PySide6.QtCore import QSettings
 from PySide6.QtGui import QFont, QFontMetrics, QImage, QPainter
 
-from explorer.main_window import MainWindow
-from explorer.registry import PANELS
-from explorer.session import Session
+from explorer.shell.window import MainWindow
+from explorer.shell.registry import PANELS
+from explorer.session.core import Session
 
 WAIT_MS = 60_000
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
@@ -129,7 +129,7 @@ def test_the_dla_head_map_keeps_its_colour_bar_and_the_layer_bars_thin_their_lab
 
 def test_the_patching_maps_keep_a_readable_size_and_scroll(qtbot, gpt2_grid_window):
     """They shrank to ~30-px slivers at 900×600; now each keeps its minimum and the four scroll."""
-    from explorer.panels.attribution_panel import PATCH_MAP_MIN
+    from explorer.views.attribution.panel import PATCH_MAP_MIN
 
     view = _attribution(qtbot, gpt2_grid_window)
     view.tabs.setCurrentIndex(1)
@@ -145,7 +145,7 @@ def _status_fields_are_whole_or_elided_with_a_tooltip(qtbot, window):
     from PySide6.QtGui import QHelpEvent
     from PySide6.QtWidgets import QApplication, QToolTip
 
-    from explorer.panels.elided_label import ElidedLabel
+    from explorer.widgets.elided_label import ElidedLabel
 
     window.status_labels["activity"].setText("generation: 16.5 tokens/s, 40 tokens in 2.4 s, the prompt 14 tokens")
     qtbot.wait(50)
@@ -238,7 +238,7 @@ def test_a_narrow_value_map_thins_its_column_labels(qtbot):
     """The Train panel's census maps (4 heads in ~60 px) read 'H0H1H2H3' at 1280×820."""
     import numpy as np
 
-    from explorer.panels.value_heatmap import ValueHeatmap
+    from explorer.widgets.value_heatmap import ValueHeatmap
 
     heatmap = ValueHeatmap("induction", value_label="score")
     qtbot.addWidget(heatmap)

@@ -3,7 +3,7 @@ what arrives for a state that is gone; one helper gives debounce + one run in fl
 from __future__ import annotations
 
 from explorer.controllers.live import LiveRequest
-from explorer.workers import TaskRunner
+from explorer.runtime.workers import TaskRunner
 
 
 def _runner():

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from explorer.panels.attribution_panel import Pick
-from explorer.registry import PANELS
-from explorer.session_events import MODEL_CHANGED
+from explorer.views.attribution.panel import Pick
+from explorer.shell.registry import PANELS
+from explorer.session.events import MODEL_CHANGED
 
 WAIT_MS = 60_000
 pytestmark = pytest.mark.usefixtures("single_torch_thread")

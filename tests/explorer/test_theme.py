@@ -7,7 +7,7 @@ import pytest
 from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QCheckBox, QComboBox, QPushButton, QSpinBox
 
-from explorer import theme
+import explorer.widgets.theme as theme
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtGui import QFontMetrics
 
-from explorer.panels.token_stream import TokenStreamView
+from explorer.widgets.token_stream import TokenStreamView
 
 
 def _inked_rows(view) -> list[int]:

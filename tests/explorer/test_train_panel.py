@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from explorer.controllers.train_settings import command_settings
-from explorer.training_follow import RunFollower, RunFollowError
+from explorer.session.training_follow import RunFollower, RunFollowError
 
 TINY = dict(n_layer=1, n_head=4, n_embd=32, block_size=32, max_iters=40, eval_interval=10, eval_iters=2,
             batch_size=4, probe_interval=20, warmup_iters=5, lr_decay_iters=40, init="gpt2")
@@ -107,7 +107,7 @@ def test_a_run_started_in_the_panel_is_followed_scrubbed_into_every_panel_and_st
     c.save_hf(tmp_path / "hf")
     qtbot.waitUntil(lambda: (tmp_path / "hf" / "model.safetensors").is_file()
                     and not window.runner.is_running("train-save"), timeout=WAIT_MS)
-    from gptcore.loading import load
+    from gptcore.io.loading import load
 
     model, info = load(str(tmp_path / "hf"))
     assert model.config.n_head == 4 and info.tokenizer.kind == "char"
@@ -139,8 +139,8 @@ def test_pause_resume_and_quitting_while_paused_leaves_no_child_process(qtbot, w
 
 def _fake_run(root, steps=(0, 10, 20)):
     """A run folder written with gptcore's own writers (no training): run.json, trace, kept steps."""
-    from gptcore.config import GPTConfig
-    from gptcore.model import GPT
+    from gptcore.model.config import GPTConfig
+    from gptcore.model.gpt import GPT
     from gptcore.training.run import RunFolder
     from gptcore.training.trace import TraceWriter
 
@@ -167,7 +167,7 @@ def _fake_run(root, steps=(0, 10, 20)):
 
 
 def test_a_run_folder_damaged_or_deleted_while_followed_keeps_the_charts(qtbot, panel_context, tmp_path):
-    from explorer.registry import find_panel
+    from explorer.shell.registry import find_panel
 
     root = tmp_path / "run"
     _fake_run(root)
@@ -243,7 +243,7 @@ def test_train_this_config_in_the_config_panel_fills_the_train_form(qtbot, windo
 
 
 def test_the_training_bench_reads_iterations_per_second_from_the_trace(tmp_path):
-    from explorer.bench_training import rate_between
+    from explorer.benches.training import rate_between
     from gptcore.training.trace import TraceWriter
 
     with TraceWriter(tmp_path / "trace.jsonl") as w:

@@ -47,6 +47,6 @@ def test_controllers_use_only_what_their_view_protocol_declares(module):
 
 @pytest.mark.parametrize("module", sorted(VIEW_PROTOCOLS))
 def test_every_view_offers_its_whole_protocol(module):
-    view_class = getattr(importlib.import_module(f"explorer.panels.{module}_panel"), f"{module.capitalize()}Panel")
+    view_class = getattr(importlib.import_module(f"explorer.views.{module}.panel"), f"{module.capitalize()}Panel")
     missing = {m for m in _members(VIEW_PROTOCOLS[module]) if not hasattr(view_class, m)}
     assert not missing, f"{view_class.__name__} lacks {sorted(missing)} of {VIEW_PROTOCOLS[module].__name__}"

@@ -1,5 +1,5 @@
 """Issue 23: scrolling the Config form with the mouse wheel changed `norm` (layernorm → rmsnorm)
-and the parameter count without a word. With explorer.wheel_guard installed (as app.main does),
+and the parameter count without a word. With explorer.widgets.wheel_guard installed (as app.main does),
 a wheel turn over a field that was never clicked edits nothing and scrolls the form instead;
 after a click the wheel edits the field as before."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QAbstractSpinBox, QApplication, QComboBox
 
-from explorer import wheel_guard
+import explorer.widgets.wheel_guard as wheel_guard
 from explorer.controllers.base import PanelPage
 from explorer.controllers.config import ConfigController
 

@@ -8,8 +8,8 @@ pytest.importorskip("transformers")
 from hf_oracle import capture, saved_pair  # noqa: E402
 
 from gptcore import GPT, GPTConfig  # noqa: E402
-from gptcore.attribution import direct_logit_attribution  # noqa: E402
-from gptcore.interventions import ablate, make_ablation  # noqa: E402
+from gptcore.interp.attribution import direct_logit_attribution  # noqa: E402
+from gptcore.interp.interventions import ablate, make_ablation  # noqa: E402
 
 IDS = [5, 17, 3, 99, 42, 8, 61, 23, 70, 11]
 

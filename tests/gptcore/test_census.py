@@ -10,7 +10,7 @@ pytest.importorskip("transformers")
 
 from hf_oracle import saved_pair  # noqa: E402
 
-from gptcore.probes.census import (detection_patterns, detection_score, head_census, position_offsets,  # noqa: E402
+from gptcore.interp.probes.census import (detection_patterns, detection_score, head_census, position_offsets,  # noqa: E402
                                    repeat_queries, repeated_random_tokens, varied_induction_score,
                                    varied_repeat_tokens)
 

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from gptcore.char_tokenizer import CHAR_VOCAB_FORMAT, CharTokenizer, find_char_vocab
-from gptcore.folder_tokenizer import choose_tokenizer, load_tokenizer
+from gptcore.io.char_tokenizer import CHAR_VOCAB_FORMAT, CharTokenizer, find_char_vocab
+from gptcore.io.folder_tokenizer import choose_tokenizer, load_tokenizer
 
 
 def _vocab(folder, chars=("\n", " ", "a", "b", "c")):

@@ -8,7 +8,7 @@ import pytest
 
 from gptcore import GPTConfig, count_parameters
 from gptcore.__main__ import main
-from gptcore.params import COMPONENTS
+from gptcore.model.params import COMPONENTS
 
 
 def _figure(out: str, label: str) -> int:

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from gptcore.config import GPTConfig
-from gptcore.convert import from_hf_state_dict
-from gptcore.generation import generate
-from gptcore.model import GPT
-from gptcore.probes.attention import AttentionState, capture_attention
+from gptcore.model.config import GPTConfig
+from gptcore.io.convert import from_hf_state_dict
+from gptcore.generation.streaming import generate
+from gptcore.model.gpt import GPT
+from gptcore.interp.probes.attention import AttentionState, capture_attention
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch sees none)")]

@@ -8,20 +8,20 @@ from gptcore.errors import Cancelled, UserError, is_cancellation, is_user_error
 
 
 def _cancel_classes():
-    from gptcore.checkpoints import LoadCancelled
-    from gptcore.init import InitCancelled
-    from gptcore.patching import PatchingCancelled
-    from gptcore.probes.residual import ProbeCancelled
-    from explorer.workers import Cancelled as TaskCancelled
+    from gptcore.io.checkpoints import LoadCancelled
+    from gptcore.model.init import InitCancelled
+    from gptcore.interp.patching import PatchingCancelled
+    from gptcore.interp.probes.residual import ProbeCancelled
+    from explorer.runtime.workers import Cancelled as TaskCancelled
 
     return [LoadCancelled, InitCancelled, PatchingCancelled, ProbeCancelled, TaskCancelled]
 
 
 def _user_error_classes():
-    from gptcore.checkpoints import LoadError
-    from gptcore.config import ConfigError
-    from gptcore.convert import ConversionError
-    from explorer.devices import BuildRefused
+    from gptcore.io.checkpoints import LoadError
+    from gptcore.model.config import ConfigError
+    from gptcore.io.convert import ConversionError
+    from explorer.runtime.devices import BuildRefused
 
     return [LoadError, ConfigError, ConversionError, BuildRefused]
 
@@ -39,8 +39,8 @@ def test_every_diagnosed_input_problem_is_a_user_error(cls):
 
 
 def test_explain_classifies_subclasses_by_type_not_name():
-    from explorer.errors import explain
-    from gptcore.config import ConfigError
+    from explorer.shell.errors import explain
+    from gptcore.model.config import ConfigError
 
     class RenamedConfigProblem(ConfigError):  # a name-string rule would miss this one
         pass
@@ -51,7 +51,7 @@ def test_explain_classifies_subclasses_by_type_not_name():
 
 
 def test_a_cancelled_load_is_cancelled_first():
-    from gptcore.checkpoints import LoadCancelled, LoadError
+    from gptcore.io.checkpoints import LoadCancelled, LoadError
 
     exc = LoadCancelled("cancelled")
     assert isinstance(exc, LoadError)  # callers catching LoadError still catch it
@@ -59,8 +59,8 @@ def test_a_cancelled_load_is_cancelled_first():
 
 
 def test_the_app_quietly_ends_a_task_raising_a_subclassed_cancellation(qtbot):
-    from explorer.workers import TaskRunner
-    from gptcore.probes.residual import ProbeCancelled
+    from explorer.runtime.workers import TaskRunner
+    from gptcore.interp.probes.residual import ProbeCancelled
 
     class MyStop(ProbeCancelled):
         pass

@@ -6,15 +6,15 @@ import json
 import pytest
 import torch
 
-from gptcore.config import GPTConfig
-from gptcore.export_hf import ExportError, save_hf_folder
-from gptcore.model import GPT
+from gptcore.model.config import GPTConfig
+from gptcore.io.export_hf import ExportError, save_hf_folder
+from gptcore.model.gpt import GPT
 
 
 @pytest.mark.parametrize("bias,activation,tied", [(False, "gelu", True), (True, "gelu_tanh", False)])
 def test_transformers_and_gptcore_read_the_folder_as_the_model_computes(tmp_path, bias, activation, tied):
     transformers = pytest.importorskip("transformers")
-    from gptcore.loading import load
+    from gptcore.io.loading import load
 
     cfg = GPTConfig(vocab_size=50, block_size=16, n_layer=2, n_head=4, n_embd=32, bias=bias, activation=activation,
                     tie_weights=tied)

@@ -17,7 +17,7 @@ import warnings
 
 import pytest
 
-OURS = ["gptcore", "gptcore.loading", "gptcore.probes.attention", "explorer.session", "explorer.controllers.attention"]
+OURS = ["gptcore", "gptcore.io.loading", "gptcore.interp.probes.attention", "explorer.session.core", "explorer.controllers.attention"]
 
 
 def warn_from(module_name: str, category: type[Warning]) -> None:

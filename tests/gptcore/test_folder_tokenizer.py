@@ -8,10 +8,10 @@ import json
 import pytest
 import torch
 
-from gptcore.folder_tokenizer import FolderTokenizer, TokenizerChoice, choose_tokenizer
-from gptcore.folder_tokenizer import load_tokenizer as load_chosen
-from gptcore.loading import load, load_tokenizer
-from gptcore.tokenizer import GPT2Tokenizer
+from gptcore.io.folder_tokenizer import FolderTokenizer, TokenizerChoice, choose_tokenizer
+from gptcore.io.folder_tokenizer import load_tokenizer as load_chosen
+from gptcore.io.loading import load, load_tokenizer
+from gptcore.io.tokenizer import GPT2Tokenizer
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
@@ -104,7 +104,7 @@ def test_a_gpt2_folder_without_a_tokenizer_keeps_gpt2s_offline_bpe(tmp_path):
 def test_a_gpt2_folder_shipping_gpt2s_own_tokenizer_json_uses_the_offline_copy(tmp_path):
     """A fine-tuned GPT-2 folder usually carries GPT-2's tokenizer.json: recognised token for token,
     so the verified offline BPE serves (same ids as the file, without importing transformers)."""
-    from gptcore.tokenizer import _data_dir
+    from gptcore.io.tokenizer import _data_dir
 
     data = _data_dir()
     gpt2 = Tokenizer(models.BPE.from_file(str(data / "encoder.json"), str(data / "vocab.bpe")))

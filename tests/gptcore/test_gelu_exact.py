@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gptcore import GPT, ConfigError, GPTConfig, load
-from gptcore.config import describe_parts
+from gptcore.model.config import describe_parts
 
 from nanogpt_oracle import NanoGPTShaped
 

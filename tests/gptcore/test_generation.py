@@ -3,11 +3,11 @@ against uncached recomputation of the very window the model saw."""
 import pytest
 import torch
 
-from gptcore.config import GPTConfig
-from gptcore.convert import from_hf_state_dict
-from gptcore.generation import GenerationError, GenerationStep, generate
-from gptcore.model import GPT
-from gptcore.sampling import next_token_distribution
+from gptcore.model.config import GPTConfig
+from gptcore.io.convert import from_hf_state_dict
+from gptcore.generation.streaming import GenerationError, GenerationStep, generate
+from gptcore.model.gpt import GPT
+from gptcore.generation.sampling import next_token_distribution
 
 PROMPT = [5, 17, 99, 3, 250, 8]
 
@@ -287,8 +287,8 @@ def gpt2_vocab_folder(tmp_path_factory):
 
 def test_cli_generate_streams_the_greedy_continuation(gpt2_vocab_folder, capsys):
     from gptcore.__main__ import main
-    from gptcore.loading import load
-    from gptcore.tokenizer import gpt2_tokenizer
+    from gptcore.io.loading import load
+    from gptcore.io.tokenizer import gpt2_tokenizer
 
     rc = main(["generate", "--model", str(gpt2_vocab_folder), "--prompt", "Every effort moves you",
                "--max-new-tokens", "8", "--temperature", "0", "--device", "cpu"])
@@ -333,7 +333,7 @@ def test_fault_cli_settings_are_checked_before_the_model_is_loaded(tmp_path, cap
 
 
 def test_decode_head_fast_path_equals_the_plain_head_and_follows_weight_edits():
-    """Without autograd the CPU head runs through oneDNN (gptcore.model.apply_linear); it must
+    """Without autograd the CPU head runs through oneDNN (gptcore.model.gpt.apply_linear); it must
     give the plain nn.Linear head's logits and read the live (tied) weight, edits included."""
     model = GPT(GPTConfig(vocab_size=400, block_size=32, n_layer=1, n_head=2, n_embd=32), seed=0).eval()
     x = torch.tensor([[4, 9, 1]])

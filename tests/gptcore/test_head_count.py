@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gptcore.head_count import HeadCountNeeded, head_count_choices
-from gptcore.loading import load
+from gptcore.io.head_count import HeadCountNeeded, head_count_choices
+from gptcore.io.loading import load
 
 WIDTH, CTX, VOCAB, LAYERS = 96, 16, 50, 2
 

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from gptcore import GPTConfig
-from gptcore.hooks import HookPoint
-from gptcore.model import GPT
+from gptcore.model.hooks import HookPoint
+from gptcore.model.gpt import GPT
 
 CFG = GPTConfig(vocab_size=61, block_size=16, n_layer=2, n_head=4, n_embd=32)
 

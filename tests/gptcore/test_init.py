@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from gptcore import GPTConfig
-from gptcore.init import INIT_SCHEMES, init_weights, linear_weight_std
-from gptcore.model import GPT
+from gptcore.model.init import INIT_SCHEMES, init_weights, linear_weight_std
+from gptcore.model.gpt import GPT
 
 # Wide enough that every Linear has >= 65k entries: the sample std is within ~0.3% of the
 # true one, so a 3% tolerance cannot fail by chance but catches any wrong formula.
@@ -172,9 +172,9 @@ def test_init_reports_progress_by_parameters_and_stops_when_cancelled():
     import pytest
     import torch
 
-    from gptcore.config import GPTConfig
-    from gptcore.init import InitCancelled, init_weights
-    from gptcore.model import GPT
+    from gptcore.model.config import GPTConfig
+    from gptcore.model.init import InitCancelled, init_weights
+    from gptcore.model.gpt import GPT
 
     model = GPT.empty(GPTConfig(vocab_size=300, block_size=16, n_layer=3, n_head=2, n_embd=16), device="cpu")
     seen = []

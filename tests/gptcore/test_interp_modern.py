@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from gptcore import GPT, GPTConfig
-from gptcore.attribution import direct_logit_attribution
-from gptcore.interventions import ablate
-from gptcore.patching import _KINDS, patch_all
-from gptcore.probes.census import head_census
+from gptcore.interp.attribution import direct_logit_attribution
+from gptcore.interp.interventions import ablate
+from gptcore.interp.patching import _KINDS, patch_all
+from gptcore.interp.probes.census import head_census
 
 CLEAN = [5, 17, 3, 40, 42, 8, 61, 23, 70, 11]
 CORRUPT = [5, 17, 3, 64, 42, 8, 61, 90, 70, 11]

@@ -1,4 +1,4 @@
-"""The oneDNN fast path in gptcore.linear: the same logits as the plain path and as HF, and no
+"""The oneDNN fast path in gptcore.model.linear: the same logits as the plain path and as HF, and no
 way for a missing, broken or changed op to take a forward down. The op is replaced through
 torch.ops (where a different torch would differ), and the probe is forgotten around each test."""
 import logging
@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 
 from gptcore import ConfigError, GPTConfig
-from gptcore import linear
-from gptcore.convert import from_hf_state_dict
-from gptcore.model import GPT
+import gptcore.model.linear as linear
+from gptcore.io.convert import from_hf_state_dict
+from gptcore.model.gpt import GPT
 
 transformers = pytest.importorskip("transformers")
 
@@ -96,7 +96,7 @@ def test_switch_off_never_calls_the_op(twins, monkeypatch, value, caplog):
     spy = Recorder()
     _replace_op(monkeypatch, spy)
     monkeypatch.setenv(linear.ENV_SWITCH, value)
-    with caplog.at_level(logging.INFO, logger="gptcore.linear"):
+    with caplog.at_level(logging.INFO, logger="gptcore.model.linear"):
         torch.testing.assert_close(_logits(model, idx), ref, rtol=0, atol=1e-5)
         _logits(model, idx)
     assert spy.calls == 0 and linear.onednn_linear() is None
@@ -118,7 +118,7 @@ def test_an_unreadable_switch_is_an_error_naming_the_variable_and_the_fix(twins,
 def test_an_op_failing_its_probe_leaves_correct_logits_and_one_log_line(twins, monkeypatch, caplog, broken, problem):
     model, ref, idx = twins
     _replace_op(monkeypatch, broken)
-    with caplog.at_level(logging.INFO, logger="gptcore.linear"):
+    with caplog.at_level(logging.INFO, logger="gptcore.model.linear"):
         torch.testing.assert_close(_logits(model, idx), ref, rtol=0, atol=1e-5)
         torch.testing.assert_close(_logits(model, idx), ref, rtol=0, atol=1e-5)
     assert len(caplog.records) == 1 and caplog.records[0].levelno == logging.WARNING
@@ -133,7 +133,7 @@ def test_an_op_that_raises_later_falls_back_for_good_with_that_calls_plain_resul
     model, ref, idx = twins
     flaky = Recorder(fail_from=5)  # passes the probe (2 calls), serves 2 layers, then raises
     _replace_op(monkeypatch, flaky)
-    with caplog.at_level(logging.INFO, logger="gptcore.linear"):
+    with caplog.at_level(logging.INFO, logger="gptcore.model.linear"):
         torch.testing.assert_close(_logits(model, idx), ref, rtol=0, atol=1e-5)
         torch.testing.assert_close(_logits(model, idx), ref, rtol=0, atol=1e-5)
     assert flaky.calls == 5  # never called again after it raised

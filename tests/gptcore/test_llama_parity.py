@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from gptcore import load
-from gptcore.checkpoints import LoadError
-from gptcore.generation import generate
+from gptcore.io.checkpoints import LoadError
+from gptcore.generation.streaming import generate
 
 transformers = pytest.importorskip("transformers")
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from gptcore import load
-from gptcore.checkpoints import LoadError
-from gptcore.convert import _stack_rows_each
+from gptcore.io.checkpoints import LoadError
+from gptcore.io.convert import _stack_rows_each
 
 transformers = pytest.importorskip("transformers")
 from safetensors.torch import load_file, save_file  # noqa: E402

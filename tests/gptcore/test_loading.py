@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from gptcore.__main__ import main as cli_main
-from gptcore.checkpoints import LoadCancelled, LoadError
-from gptcore.hub import HUB_IDS, cached_snapshot
-from gptcore.loading import LoadInfo, default_device, is_hub_cached, load, resolve_device, resolve_dtype
-from gptcore.model import GPT
-from gptcore.params import count_parameters
+from gptcore.io.checkpoints import LoadCancelled, LoadError
+from gptcore.io.hub import HUB_IDS, cached_snapshot
+from gptcore.io.loading import LoadInfo, default_device, is_hub_cached, load, resolve_device, resolve_dtype
+from gptcore.model.gpt import GPT
+from gptcore.model.params import count_parameters
 
 transformers = pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
@@ -189,7 +189,7 @@ def test_lone_state_dict_pt_in_nanogpt_layout(hf_tiny, tokens, tmp_path):
 
 
 def test_our_own_state_dict_round_trips(tmp_path):
-    from gptcore.config import GPTConfig
+    from gptcore.model.config import GPTConfig
 
     ours = GPT(GPTConfig(vocab_size=300, block_size=16, n_layer=2, n_head=2, n_embd=32, tie_weights=False), seed=5).eval()
     safetensors_torch.save_file({k: v.contiguous() for k, v in ours.state_dict().items()}, tmp_path / "ours.safetensors")
@@ -428,7 +428,7 @@ def test_hub_download_fetches_a_repos_own_tokenizer_but_not_gpt2s(hf_tiny, token
     repositories do not (its BPE ships offline), and a repo without one is no error."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    from gptcore.loading import load_tokenizer
+    from gptcore.io.loading import load_tokenizer
 
     hf_tiny.save_pretrained(local_hub)
     (local_hub / "tokenizer.json").write_text("{}")  # would fail to load if it were ever used
@@ -450,7 +450,7 @@ def test_hub_download_fetches_a_repos_own_tokenizer_but_not_gpt2s(hf_tiny, token
 
 
 def test_download_progress_bridge_reports_bytes_and_cancels():
-    from gptcore.hub import _progress_bar_class
+    from gptcore.io.hub import _progress_bar_class
 
     calls, stop = [], []
     bar_class = _progress_bar_class(lambda *a: calls.append(a), lambda: bool(stop), "downloading model.safetensors")

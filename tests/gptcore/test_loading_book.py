@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-from gptcore.checkpoints import LoadError
-from gptcore.loading import load
+from gptcore.io.checkpoints import LoadError
+from gptcore.io.loading import load
 
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
@@ -193,7 +193,7 @@ def test_book_model_saved_as_safetensors(tokens, tmp_path):
 
 def test_book_checkpoint_generates_like_the_book(tokens, tmp_path):
     """Greedy decoding with our KV cache picks the book model's own argmax at every step."""
-    from gptcore.generation import generate
+    from gptcore.generation.streaming import generate
 
     book = book_model(seed=7)
     torch.save(book.state_dict(), tmp_path / "model.pth")

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gptcore.checkpoints import LoadError
-from gptcore.loading import load
+from gptcore.io.checkpoints import LoadError
+from gptcore.io.loading import load
 
 transformers = pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
@@ -170,7 +170,7 @@ def test_fault_truncated_torch_file_in_our_words(form, hf_tiny, tmp_path):
 
 
 def test_static_scan_names_globals_in_order_and_runs_nothing(tmp_path):
-    from gptcore import torch_refusals
+    import gptcore.io.torch_refusals as torch_refusals
 
     marker, target = tmp_path / "code-ran", tmp_path / "x.pkl"
     target.write_bytes(pickle.dumps([collections.OrderedDict(), CallsSystem(marker), OpensAFile(marker)], protocol=4))

@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
-from gptcore.checkpoints import LoadError, sniff
-from gptcore.config import GPTConfig, PRESETS, preset_name
-from gptcore.loading import load
-from gptcore.model import GPT
+from gptcore.io.checkpoints import LoadError, sniff
+from gptcore.model.config import GPTConfig, PRESETS, preset_name
+from gptcore.io.loading import load
+from gptcore.model.gpt import GPT
 
 transformers = pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from gptcore import GPTConfig, count_parameters
-from gptcore.model import GPT
+from gptcore.model.gpt import GPT
 
 TINY = GPTConfig(vocab_size=97, block_size=24, n_layer=2, n_head=4, n_embd=32)
 
@@ -220,7 +220,7 @@ def test_apply_linear_fast_path_equals_the_module_and_yields_to_autograd_and_hoo
     """gptcore's Linear serves CPU fp32 inference through oneDNN: same numbers as F.linear (3-D and
     non-contiguous inputs, non-contiguous weights as loaded from HF's Conv1D layout); with
     autograd it is nn.Linear's forward (gradients flow), and hooks on the layer fire."""
-    from gptcore.linear import Linear, apply_linear
+    from gptcore.model.linear import Linear, apply_linear
 
     torch.manual_seed(0)
     layer = Linear(24, 40)

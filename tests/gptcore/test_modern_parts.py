@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gptcore import GPTConfig
-from gptcore.model import GPT, RMSNorm
+from gptcore.model.gpt import GPT, RMSNorm
 
 BASE = dict(vocab_size=50, block_size=24, n_layer=2, n_head=4, n_embd=32)
 
@@ -130,9 +130,9 @@ def test_probes_work_on_the_modern_parts():
     """The residual and gradient probes and the attention capture take any config. Oracle for the
     residual: post-norm RMSNorm (weight 1 at init) leaves every sub-block's output with RMS 1
     exactly (up to eps), as post-LN LayerNorm does."""
-    from gptcore.probes.attention import capture_attention
-    from gptcore.probes.gradients import gradient_flow
-    from gptcore.probes.residual import residual_norms
+    from gptcore.interp.probes.attention import capture_attention
+    from gptcore.interp.probes.gradients import gradient_flow
+    from gptcore.interp.probes.residual import residual_norms
 
     modern = GPTConfig(**BASE, n_kv_head=2, pos_embedding="rope", norm="rmsnorm", mlp="swiglu", mlp_hidden=48, bias=False)
     post = residual_norms(modern.replace(ln_placement="post"), schemes=("gpt2",), seeds=(0,), batch=2, length=8,

@@ -9,8 +9,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from gptcore import GPTConfig, count_parameters
-from gptcore.model import GPT
-from gptcore.params import COMPONENTS, breakdown_table, dtype_bytes, format_bytes, format_count, modern_differences
+from gptcore.model.gpt import GPT
+from gptcore.model.params import COMPONENTS, breakdown_table, dtype_bytes, format_bytes, format_count, modern_differences
 
 # HF `model.num_parameters()` of the OpenAI checkpoints (tied head counted once).
 PUBLISHED_TOTALS = {

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gptcore import GPTConfig
-from gptcore.convert import config_from_hf, convert_state_dict, from_hf_state_dict, infer_config
+from gptcore.io.convert import config_from_hf, convert_state_dict, from_hf_state_dict, infer_config
 
 transformers = pytest.importorskip("transformers")
 

@@ -7,8 +7,8 @@ pytest.importorskip("transformers")
 
 from hf_oracle import capture, hf_ld, patched_ld, saved_pair  # noqa: E402
 
-from gptcore.interventions import ablate  # noqa: E402
-from gptcore.patching import (PatchingCancelled, patch_all, patch_attn_mlp, patch_heads, patch_residual,  # noqa: E402
+from gptcore.interp.interventions import ablate  # noqa: E402
+from gptcore.interp.patching import (PatchingCancelled, patch_all, patch_attn_mlp, patch_heads, patch_residual,  # noqa: E402
                               patched_logits)
 
 CLEAN = [5, 17, 3, 99, 42, 8, 61, 23, 70, 11]
@@ -132,7 +132,7 @@ def test_patching_a_model_that_outputs_nan(tmp_path):
 def test_the_shared_prefix_path_gives_the_maps_of_whole_prompt_runs(pair):
     """The tokens before the first difference (3 here) are computed once in a KV cache; with
     any hook attached that shortcut is off. Both paths give the same maps."""
-    from gptcore.patching import _Runs
+    from gptcore.interp.patching import _Runs
 
     _, ours = pair
     runs = _Runs(ours, CLEAN, CORRUPT, TARGET, CONTRAST, ["heads"])

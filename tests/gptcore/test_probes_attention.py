@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from gptcore.config import GPTConfig
-from gptcore.convert import from_hf_state_dict
-from gptcore.model import GPT
-from gptcore.probes.attention import (
+from gptcore.model.config import GPTConfig
+from gptcore.io.convert import from_hf_state_dict
+from gptcore.model.gpt import GPT
+from gptcore.interp.probes.attention import (
     capture_attention,
     capture_bytes,
     crop_to_block,
@@ -17,7 +17,7 @@ from gptcore.probes.attention import (
     pooling_edges,
     pooling_width,
 )
-from gptcore.probes.lens import logit_lens
+from gptcore.interp.probes.lens import logit_lens
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +197,7 @@ def test_xl_shaped_capture_at_block_size_stays_bounded():
 def test_lens_fast_head_equals_the_module_and_respects_hooks(hf_pair):
     """The lens's few-row unembedding (oneDNN on CPU) gives the module's numbers, and a hook
     someone put on the head still sees the lens run (the plain module path is taken then)."""
-    from gptcore.probes.lens import _unembed_rows
+    from gptcore.interp.probes.lens import _unembed_rows
 
     _, ours = hf_pair
     x = torch.randn(3, 32, generator=torch.Generator().manual_seed(1))

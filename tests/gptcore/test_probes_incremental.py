@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from gptcore.config import GPTConfig
-from gptcore.model import GPT
-from gptcore.probes.attention import AttentionState, capture_attention
+from gptcore.model.config import GPTConfig
+from gptcore.model.gpt import GPT
+from gptcore.interp.probes.attention import AttentionState, capture_attention
 
 VOCAB, BLOCK = 97, 48
 
@@ -157,7 +157,7 @@ def test_failed_run_leaves_no_half_written_cache(model):
 # -- past block_size: crop with slack (issue 23) ----------------------------------------------------
 
 def test_crop_with_slack_drops_whole_steps_from_the_front():
-    from gptcore.probes.capture import crop_to_block
+    from gptcore.interp.probes.capture import crop_to_block
 
     assert crop_to_block(list(range(8)), 8, step=4) == (list(range(8)), 0)  # fits: nothing dropped
     assert crop_to_block(list(range(9)), 8, step=4) == (list(range(4, 9)), 4)  # one over: a whole step

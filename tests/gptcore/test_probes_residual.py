@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from gptcore.config import GPTConfig
-from gptcore.init import INIT_SCHEMES
-from gptcore.model import GPT
-from gptcore.probes.gradients import gradient_flow, layer_gradients
-from gptcore.probes.residual import (ProbeCancelled, boundary_hooks, model_residual_norms, residual_norms,
+from gptcore.model.config import GPTConfig
+from gptcore.model.init import INIT_SCHEMES
+from gptcore.model.gpt import GPT
+from gptcore.interp.probes.gradients import gradient_flow, layer_gradients
+from gptcore.interp.probes.residual import (ProbeCancelled, boundary_hooks, model_residual_norms, residual_norms,
                                      stream_norms)
 
 TINY = GPTConfig(vocab_size=500, block_size=32, n_layer=2, n_head=4, n_embd=64)

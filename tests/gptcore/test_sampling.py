@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from gptcore.sampling import (
+from gptcore.generation.sampling import (
     GenerationError,
     check_settings,
     next_token_distribution,

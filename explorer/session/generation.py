@@ -1,0 +1,115 @@
+"""The session's generation domain: the next-token distribution and streamed generation
+(gptcore.generation.streaming / gptcore.generation.sampling). No Qt here.
+
+Takes the session core explicitly (`GenerationDomain(core)`, made by `Session`). The pane runs
+ONE forward per prompt (`next_token_logits`); every slider move reshapes those logits with
+`distribution`, the same function the sampler uses, so the bars show what is drawn.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from explorer.session.results import Distribution, GeneratedToken, NextTokenLogits, PromptContext
+
+
+class GenerationDomain:
+    def __init__(self, core):
+        self.core = core
+
+    def prompt_context(self, text: str) -> PromptContext:
+        """The ids the model reads for `text`: <|endoftext|> when empty, the last
+        block_size tokens when longer (tokenizer only, cheap enough for the GUI thread)."""
+        tok = self.core.tokenizer
+        ids = self.core.encode(text)
+        from_eot = not ids
+        if from_eot:
+            if tok.eot_token is None:
+                raise ValueError("this model's tokenizer has no end-of-text token to start from: type a prompt")
+            ids = [tok.eot_token]
+        block = self.core.model.config.block_size
+        cropped = max(0, len(ids) - block)
+        kept = ids[cropped:]
+        return PromptContext(ids=np.asarray(kept, dtype=np.int64), text=tok.decode(kept),
+                             cropped=cropped, total_tokens=len(ids), from_eot=from_eot, block_size=block)
+
+    def next_token_logits(self, text: str) -> NextTokenLogits:
+        """One forward over the (cropped) prompt; the last position's logits as numpy."""
+        context = self.prompt_context(text)
+        with self.core.lock:
+            model, version = self.core.model, self.core.version
+            self.core.check_token_ids(context.ids, model)
+            with torch.inference_mode():
+                x = torch.as_tensor(context.ids, device=model.device)[None]  # (1, T)
+                logits = model(x, logits="last")[0, -1].float().cpu().numpy()  # (V,)
+        from gptcore.generation.sampling import default_vocab_limit
+
+        return NextTokenLogits(logits=logits, context=context, version=version,
+                               vocab_limit=default_vocab_limit(logits.shape[0]))
+
+    def distribution(self, result: NextTokenLogits, *, temperature: float = 1.0, top_k: int | None = None,
+                     top_p: float | None = None, repetition_penalty: float = 1.0,
+                     rows: int = 20) -> Distribution:
+        """The next-token distribution under the settings, from cached logits (no forward).
+
+        Rows: the `rows` most likely tokens after the settings, then (where the settings
+        masked tokens) the masked ones the model itself liked best, so masking shows.
+        """
+        from gptcore.generation.sampling import next_token_distribution
+
+        limit = result.vocab_limit
+        logits = torch.from_numpy(result.logits)
+        probs = next_token_distribution(
+            logits, temperature=temperature, top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty,
+            context=torch.from_numpy(result.context.ids), vocab_limit=limit,
+        ).double().numpy()[:limit]  # (V',)
+        model_probs = torch.softmax(logits[:limit].double(), dim=-1).numpy()  # (V',) T = 1, nothing masked
+        masked = probs <= 0
+        # One key orders rows: kept tokens (1 + p > 1) above masked ones (the model's p <= 1).
+        rank = np.where(masked, model_probs, 1.0 + probs)  # (V',)
+        top = np.argpartition(-rank, min(rows, limit) - 1)[:rows]
+        order = top[np.argsort(-rank[top], kind="stable")]
+        kept = probs[~masked]
+        entropy = float(-(kept * np.log2(kept)).sum())
+        return Distribution(
+            ids=order.astype(np.int64), strings=tuple(self.core.token_strings(order)),
+            probs=probs[order], model_probs=model_probs[order],
+            masked_count=int(masked.sum()), masked_mass=float(model_probs[masked].sum()),
+            vocab=limit, entropy_bits=max(0.0, entropy),
+        )
+
+    def generate_stream(self, ids, settings: dict, cancel=None) -> Iterator[GeneratedToken]:
+        """Tokens one by one (KV-cached), each with its text and the alternatives it beat.
+
+        The lock is taken per step, so other panels can run between tokens. The stream
+        ends quietly when `cancel()` turns True or the model is swapped (the old model
+        must not keep writing into a pane that now shows a new one).
+        """
+        import codecs
+
+        from gptcore.generation.streaming import generate
+
+        tok = self.core.tokenizer
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        with self.core.lock:
+            model, version = self.core.model, self.core.version
+            self.core.check_token_ids(ids, model)
+            steps = generate(model, [int(i) for i in ids], max_new_tokens=int(settings.get("max_new_tokens", 50)),
+                             temperature=settings.get("temperature", 1.0), top_k=settings.get("top_k"),
+                             top_p=settings.get("top_p"), repetition_penalty=settings.get("repetition_penalty", 1.0),
+                             seed=settings.get("seed"), n_alternatives=int(settings.get("n_alternatives", 8)),
+                             cancel=cancel)
+        while True:
+            with self.core.lock:
+                if self.core.version != version:
+                    return
+                step = next(steps, None)
+            if step is None:
+                return
+            # Multi-byte characters split over tokens (emoji) appear with the token that completes them.
+            text = decoder.decode(tok.token_bytes(step.token))
+            alternatives = tuple((tok.token_str(t), p) for t, p in step.alternatives)
+            yield GeneratedToken(token=step.token, text=text, prob=step.prob, alternatives=alternatives,
+                                 position=step.position)

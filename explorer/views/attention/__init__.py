@@ -1,0 +1,1 @@
+"""The Attention panel's view."""

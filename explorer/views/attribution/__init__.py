@@ -1,0 +1,1 @@
+"""The Attribution panel's view."""

@@ -1,0 +1,1 @@
+"""The Config panel's view."""

@@ -1,0 +1,1 @@
+"""The Generation panel's view."""

@@ -1,0 +1,1 @@
+"""The Residual panel's view."""

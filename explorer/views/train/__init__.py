@@ -1,0 +1,1 @@
+"""The Train panel's view."""

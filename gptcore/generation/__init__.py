@@ -1,0 +1,1 @@
+"""Sampling settings and KV-cached streaming generation."""

@@ -1,0 +1,1 @@
+"""The "why" science: attribution, interventions (ablation), patching, probes."""

@@ -1,0 +1,1 @@
+"""What a path holds, safe readers, renaming tables per source layout, hub, exports, tokenizers."""

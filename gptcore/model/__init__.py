@@ -1,0 +1,1 @@
+"""The model: config, the GPT, hook points, init schemes, positions, parameter accounting."""
