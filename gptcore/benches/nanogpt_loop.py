@@ -4,8 +4,9 @@ by train.py's loop as written out here.
 Why load a file instead of importing a package: nanoGPT is not a dependency (it is a repository,
 not a package); the bench takes its model.py from `--nanogpt PATH` or, by default, from the
 project's shared reference copy beside the checkout. The loop is train.py's, read from train.py
-(no code of it imported): `get_lr` (linear warmup lr·(it+1)/(warmup+1), cosine to min_lr, min_lr
-after lr_decay_iters), `configure_optimizers` (nanoGPT's own: decay on 2+-dim tensors, fused only
+(no code of it imported): the lr of train.py's `get_lr` (linear warmup lr·(it+1)/(warmup+1), cosine
+to min_lr, min_lr after lr_decay_iters) taken from `TrainConfig.lr_at`, the project's one schedule (a
+test pins it to a restated get_lr, tests/gptcore/nanogpt_oracle.reference_lr), `configure_optimizers` (nanoGPT's own: decay on 2+-dim tensors, fused only
 on CUDA), one forward/backward per micro-step scaled by 1/accumulation, `clip_grad_norm_`,
 `optimizer.step()`, `zero_grad(set_to_none=True)`, and `loss.item()` for the log line. On a CPU
 train.py runs float32 (its autocast context is a nullcontext there) and its GradScaler is
@@ -16,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
-import math
 from pathlib import Path
 
 import torch
@@ -37,19 +37,6 @@ def load_nanogpt(path) -> object:
     return module
 
 
-def get_lr(it: int, cfg) -> float:
-    """train.py's get_lr, with TrainConfig's field names (they are train.py's)."""
-    if not cfg.decay_lr:
-        return cfg.learning_rate
-    if it < cfg.warmup_iters:
-        return cfg.learning_rate * (it + 1) / (cfg.warmup_iters + 1)
-    if it > cfg.lr_decay_iters:
-        return cfg.min_lr
-    decay_ratio = (it - cfg.warmup_iters) / (cfg.lr_decay_iters - cfg.warmup_iters)
-    coeff = 0.5 * (1.0 + math.cos(math.pi * decay_ratio))
-    return cfg.min_lr + coeff * (cfg.learning_rate - cfg.min_lr)
-
-
 class NanoGPTLoop:
     """nanoGPT's GPT with its optimizer, stepped as train.py steps it. `model_args` are nanoGPT
     GPTConfig fields; `cfg` a TrainConfig (train.py's names). Seeded as train.py seeds: the
@@ -68,7 +55,7 @@ class NanoGPTLoop:
     def step(self, x: torch.Tensor, y: torch.Tensor) -> float:
         """One iteration of train.py's loop on the global batch (accumulation × batch_size, T)."""
         cfg = self.cfg
-        lr = get_lr(self.iter_num, cfg)
+        lr = cfg.lr_at(self.iter_num)  # train.py: get_lr(iter_num) if decay_lr else learning_rate
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         steps, B = cfg.gradient_accumulation_steps, cfg.batch_size

@@ -88,7 +88,8 @@ class NanoGPTShaped(nn.Module):
 # -- train.py's loop, as a reference ------------------------------------------------------------
 
 def reference_lr(it, learning_rate, warmup_iters, lr_decay_iters, min_lr):
-    """train.py's get_lr, restated."""
+    """train.py's get_lr, restated: the reference copy (oracle) that TrainConfig.lr_at, the
+    project's one lr schedule, is tested against; not used by any production code."""
     if it < warmup_iters:
         return learning_rate * (it + 1) / (warmup_iters + 1)
     if it > lr_decay_iters:
