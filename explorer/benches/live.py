@@ -103,7 +103,7 @@ def bench_attention(app, session, runner, tokens: int, edits: int, recompute: bo
     typed = text + " "
     for i in range(4 * max(1, (edits + 1) // 2)):
         reuse = (i // 2) % 2 == 0 or not recompute  # pairs of edits (x, Backspace) with reuse, then without
-        session.prefix_reuse = reuse
+        session.attention.prefix_reuse = reuse
         wait(idle)
         time.sleep(0.1)
         app.processEvents()
@@ -119,10 +119,10 @@ def bench_attention(app, session, runner, tokens: int, edits: int, recompute: bo
         view.view.grid.viewport().repaint()  # synchronous: every heatmap painted now
         view.view.zoom.viewport().repaint()
         times[reuse].append(time.perf_counter() - t0)
-    session.prefix_reuse = True
+    session.attention.prefix_reuse = True
     # Drawing alone: alternate two results one token apart, as typing does.
-    a = session.attention(typed + "x", full_layers=(view.controller.selected[0],), thumb_size=view.controller.thumb_size)
-    b = session.attention(typed, full_layers=(view.controller.selected[0],), thumb_size=view.controller.thumb_size)
+    a = session.attention.capture(typed + "x", full_layers=(view.controller.selected[0],), thumb_size=view.controller.thumb_size)
+    b = session.attention.capture(typed, full_layers=(view.controller.selected[0],), thumb_size=view.controller.thumb_size)
     draws = []
     for i in range(2 * edits):
         result = (a, b)[i % 2]
@@ -137,7 +137,7 @@ def bench_attention(app, session, runner, tokens: int, edits: int, recompute: bo
     out = dict(tokens=int(last.total_tokens), window=int(last.n_tokens), keystroke_ms=round(_median_ms(times[True]), 1),
                worst_ms=round(max(times[True]) * 1000, 1),
                recompute_ms=round(_median_ms(times[False]), 1) if recompute else None, draw_ms=round(_median_ms(draws), 1),
-               debounce_ms=view.controller.timer.interval(), cache_mb=round(session.attention_cache_bytes() / 2**20, 1))
+               debounce_ms=view.controller.timer.interval(), cache_mb=round(session.attention.cache_bytes() / 2**20, 1))
     runner.wait_all(10000)
     app.processEvents()
     view.close()

@@ -106,7 +106,7 @@ class AttentionController(PanelController):
 
         def work(token, _progress):
             token.raise_if_cancelled()
-            return session.attention(text, full_layers=(layer,), thumb_size=thumb, prepend_bos=bos)
+            return session.attention.capture(text, full_layers=(layer,), thumb_size=thumb, prepend_bos=bos)
 
         self.view.set_status("computing…")
         self.submit(TASK_KEY, work, on_result=self._on_result, on_error=self._on_error, on_finished=done)

@@ -7,7 +7,8 @@ stats) are kept in an AttentionState, so a keystroke runs only the changed suffi
 it (`forget`, under its lock) on a model swap, a settings change or a training step shown, and
 `clear_cache()` drops it after anything else that changes what the model computes.
 
-Takes the session core explicitly (`AttentionDomain(core)`, made by `Session`).
+Takes the session core explicitly (`AttentionDomain(core)`, made by `Session`); callers reach it
+as `session.attention` (`session.attention.capture(text, ...)`).
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ class AttentionDomain:
         """Drop the kept state (it holds the model and its keys/values); the core holds its lock."""
         self._state = None
 
-    def attention(self, text: str, *, full_layers=(), thumb_size: int = 64, prepend_bos: bool = False,
+    def capture(self, text: str, *, full_layers=(), thumb_size: int = 64, prepend_bos: bool = False,
                   lens_top_k: int = 5) -> AttentionResult:
         """Every layer's and head's attention for `text` (cropped from the left to block_size)."""
         import time

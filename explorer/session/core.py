@@ -36,7 +36,7 @@ from gptcore.model.config import GPT2_VOCAB, GPTConfig
 
 from explorer.runtime.devices import check_fits, resolve_device
 from explorer.session.events import EventHub, ModelSwapped, SettingsChanged, TrainingStepShown
-from explorer.session.results import (NO_MODEL, AblationState, AttentionResult, Distribution, GeneratedToken, GradientResult,
+from explorer.session.results import (NO_MODEL, AblationState, Distribution, GeneratedToken, GradientResult,
                       ModelInfo, NextTokenLogits, PromptContext, ReferenceCurve, ResidualResult)
 from explorer.session.attention import AttentionDomain
 from explorer.session.generation import GenerationDomain
@@ -91,7 +91,7 @@ class Session:
         self._tokenizer = None
         self.swap_pending = threading.Event()  # set while a load/build waits for the lock
         self.interp = Interpretability(self)
-        self.attention_domain = AttentionDomain(self)
+        self.attention = AttentionDomain(self)
         self.residual = ResidualDomain(self)
         self.generation = GenerationDomain(self)
 
@@ -200,7 +200,7 @@ class Session:
                 self._tokenizer = tokenizer  # None: GPT-2's, made on first use
                 self.version += 1
                 version = self.version
-                self.attention_domain.forget()  # holds the old model and its keys/values
+                self.attention.forget()  # holds the old model and its keys/values
         finally:
             self.swap_pending.clear()
         del old
@@ -273,7 +273,7 @@ class Session:
         with self.lock:
             self.version += 1
             version = self.version
-            self.attention_domain.forget()
+            self.attention.forget()
         self.events.send(SettingsChanged(what=what, version=version))
         return version
 
@@ -298,7 +298,7 @@ class Session:
             if name is not None:
                 self.info = dataclasses.replace(self.info, name=name)
             self.interp.forget_results()
-            self.attention_domain.forget()
+            self.attention.forget()
             self.version += 1
             version = self.version
         self.events.send(TrainingStepShown(step=int(step), version=version))
@@ -337,25 +337,6 @@ class Session:
         model = GPT(GPTConfig(**values), init="gpt2", seed=seed).eval()
         info = _model_info(model, name="tiny (test)", trained=False, source="Session.tiny")
         return cls(model, info)
-
-    # --- attention: the domain in explorer/session/attention.py; these forward to it ---
-    def attention(self, text: str, **options) -> AttentionResult:
-        return self.attention_domain.attention(text, **options)
-
-    def clear_attention_cache(self) -> None:
-        self.attention_domain.clear_cache()
-
-    def attention_cache_bytes(self) -> int:
-        return self.attention_domain.cache_bytes()
-
-    @property
-    def prefix_reuse(self) -> bool:
-        """False: every attention() recomputes the whole prompt (benchmarks)."""
-        return self.attention_domain.prefix_reuse
-
-    @prefix_reuse.setter
-    def prefix_reuse(self, on: bool) -> None:
-        self.attention_domain.prefix_reuse = bool(on)
 
     # --- residual: the domain in explorer/session/residual.py; these forward to it ---
     def probe_config(self, overrides: dict | None = None) -> GPTConfig:

@@ -38,7 +38,7 @@ def wait_idle(qtbot, view):
 
 
 def assert_grid_matches(view, session, text):
-    expected = session.attention(text)
+    expected = session.attention.capture(text)
     grid = view.view.grid
     L, nh = expected.n_layer, expected.n_head
     assert (grid._L, grid._nh) == (L, nh)
@@ -83,7 +83,7 @@ def test_clicking_a_head_opens_the_zoom_with_token_labels(qtbot, panel_context):
     assert "Layer 1 · Head 2" in zoom.title
     tokens = [visible_token(t) for t in panel_context.session.token_strings(panel_context.session.encode(text))]
     assert zoom.query_labels == tokens and zoom.key_labels == tokens
-    np.testing.assert_allclose(zoom._pattern, panel_context.session.attention(text).pattern(1, 2), atol=1e-6)
+    np.testing.assert_allclose(zoom._pattern, panel_context.session.attention.capture(text).pattern(1, 2), atol=1e-6)
     # The chips show where the last query looks in that head.
     np.testing.assert_allclose(view.view.chips._weights, zoom._pattern[-1])
     # Arrow keys walk the grid: right -> head 3, down is clamped at the last layer.
@@ -139,7 +139,7 @@ def test_fault_prompt_edge_cases(qtbot, panel_context):
         assert "color:#dc2626" not in view.view.status_label.text()  # no error shown
         assert all(label for label in view.view.chips.labels)  # every token visible, none blank
     # <|endoftext|> typed by a user is text, not the special token.
-    r = session.attention("<|endoftext|>")
+    r = session.attention.capture("<|endoftext|>")
     assert 50256 not in r.token_ids.tolist() and r.n_tokens > 1
     # control characters show as glyphs
     view.set_prompt("a\x00b\nc")
@@ -231,7 +231,7 @@ def test_export_png_and_npz(qtbot, panel_context, tmp_path):
         assert len(colours) > 10  # a picture, not a blank canvas
     view.controller.export_npz(str(npz))
     data = np.load(npz)
-    expected = panel_context.session.attention("export this prompt")
+    expected = panel_context.session.attention.capture("export this prompt")
     np.testing.assert_allclose(data["patterns"], expected.thumbnails, atol=1e-6)
     assert list(data["tokens"]) == list(expected.tokens) and str(data["text"]) == "export this prompt"
     np.testing.assert_allclose(data["prev_token"], expected.prev_token, atol=1e-6)

@@ -39,7 +39,7 @@ def _assert_same(a, b):
 def test_redraw_after_edits_equals_a_fresh_panel(qtbot, tiny_session):
     texts = ["The cat sat on the mat", "The cat sat on the mat.", "The dog sat on the mat.",
              "The dog sat on the mat. " * 30, "The dog", "The dog sat\n\ton the mat"]
-    results = [tiny_session.attention(t, full_layers=(0,), thumb_size=8) for t in texts]
+    results = [tiny_session.attention.capture(t, full_layers=(0,), thumb_size=8) for t in texts]
     live = AttentionPanel()
     qtbot.addWidget(live)
     live.resize(900, 600)
@@ -96,7 +96,7 @@ def test_zoom_and_grid_draw_opaque_images_with_the_mask_on_top(qtbot, tiny_sessi
     qtbot.addWidget(panel)
     panel.resize(900, 600)
     panel.show()
-    result = tiny_session.attention("one two three four five six", full_layers=(0,))
+    result = tiny_session.attention.capture("one two three four five six", full_layers=(0,))
     _draw(panel, result)
     for view in (panel.grid, panel.zoom):
         view.image.render()  # what its paint does first
@@ -109,9 +109,9 @@ def test_zoom_and_grid_draw_opaque_images_with_the_mask_on_top(qtbot, tiny_sessi
 def test_clearing_the_grid_takes_the_mask_away_too(qtbot, tiny_session):
     panel = AttentionPanel()
     qtbot.addWidget(panel)
-    _draw(panel, tiny_session.attention("one two three", full_layers=(0,)))
+    _draw(panel, tiny_session.attention.capture("one two three", full_layers=(0,)))
     assert not panel.grid.future.path().isEmpty()
     panel.clear_results("model changed")
     assert panel.grid.future.path().isEmpty() and panel.zoom.future.path().isEmpty()
-    _draw(panel, tiny_session.attention("one two three", full_layers=(0,)))  # the same shape again
+    _draw(panel, tiny_session.attention.capture("one two three", full_layers=(0,)))  # the same shape again
     assert not panel.grid.future.path().isEmpty()

@@ -45,13 +45,13 @@ def _press_keys(view, keys, interval_ms):
 def _track(view, session):
     frames, starts = [], []
     view.controller.drawn.connect(lambda r: frames.append(r.text))
-    original = session.attention
+    original = session.attention.capture
 
     def counted(text, **kw):  # a spy: the real capture runs
         starts.append(text)
         return original(text, **kw)
 
-    session.attention = counted
+    session.attention.capture = counted
     return frames, starts
 
 
@@ -75,7 +75,7 @@ def test_twenty_keys_a_second_end_on_the_last_text_without_a_backlog(qtbot, pane
     assert all(final.startswith(t) for t in frames) and frames == sorted(frames, key=len)
     assert len(starts) - at_last_key <= 2  # the capture in flight at the last key, then one more
     assert len(starts) <= len(keys) + 1  # never more captures than keys
-    del session.attention  # the spy goes; the method is the class's again
+    del session.attention.capture  # the spy goes; the method is the class's again
 
 
 def test_undo_redo_storm_keeps_the_frame_consistent_with_the_text(qtbot, panel_context, single_torch_thread):
@@ -94,6 +94,6 @@ def test_undo_redo_storm_keeps_the_frame_consistent_with_the_text(qtbot, panel_c
     final = prompt.toPlainText()
     assert final != "one two three four"  # the storm did change the text
     assert frames and frames[-1] == final and view.controller.result.text == final
-    expected = session.attention(final, full_layers=(view.controller.selected[0],), thumb_size=64)
+    expected = session.attention.capture(final, full_layers=(view.controller.selected[0],), thumb_size=64)
     assert view.controller.result.tokens == expected.tokens
-    del session.attention  # the spy goes; the method is the class's again
+    del session.attention.capture  # the spy goes; the method is the class's again

@@ -28,7 +28,7 @@ def test_generation_does_not_hold_a_keystroke_for_more_than_one_step(qtbot, runn
 
     def capture(token, _progress):  # what AttentionController submits
         ran_at.append(len(produced))
-        return session.attention("a keystroke while generating", full_layers=(0,))
+        return session.attention.capture("a keystroke while generating", full_layers=(0,))
 
     runner.submit("attention", capture, on_result=lambda r: results.append(("attention", r)))
     qtbot.waitUntil(lambda: any(kind == "attention" for kind, _ in results), timeout=20000)
@@ -39,8 +39,8 @@ def test_generation_does_not_hold_a_keystroke_for_more_than_one_step(qtbot, runn
     assert produced == undisturbed  # the capture in between changed nothing in the generation
 
     alone = Session(session.model, session.info)
-    alone.prefix_reuse = False
-    want = alone.attention("a keystroke while generating", full_layers=(0,))
+    alone.attention.prefix_reuse = False
+    want = alone.attention.capture("a keystroke while generating", full_layers=(0,))
     got = dict(results)["attention"]
     np.testing.assert_allclose(got.thumbnails, want.thumbnails, atol=1e-5)
     np.testing.assert_allclose(got.full[0], want.full[0], atol=1e-5)
@@ -66,7 +66,7 @@ def test_residual_sweep_serves_a_keystroke_between_two_of_its_steps(qtbot, runne
     runner.submit("residual", sweep, on_result=lambda r: results.append(("sweep", r)))
     assert first.wait(20)
     submitted_at = len(steps)
-    runner.submit("attention", lambda t, p: ran_at.append(len(steps)) or session.attention("typed meanwhile"),
+    runner.submit("attention", lambda t, p: ran_at.append(len(steps)) or session.attention.capture("typed meanwhile"),
                   on_result=lambda r: results.append(("attention", r)))
     qtbot.waitUntil(lambda: len(results) == 2, timeout=120000)
     total = steps[-1]

@@ -47,15 +47,15 @@ def test_tokens_and_answers_that_cannot_be_used(session):
 
 def test_ablation_is_versioned_state_that_every_computation_uses(session):
     before_logits = session.next_token_logits(IOI).logits
-    before_attention = session.attention(IOI).thumbnails
+    before_attention = session.attention.capture(IOI).thumbnails
     v = session.version
     state = session.set_ablation([(0, 1), (1, 2), (1, 3)], [], "zero")
     assert state.text() == "3 heads ablated" and session.ablation is state and session.version == v + 1
     logits = session.next_token_logits(IOI)
     assert logits.version == session.version
     assert np.abs(logits.logits - before_logits).max() > 1e-4  # the generation pane's distribution
-    assert np.abs(session.attention(IOI).thumbnails[1] - before_attention[1]).max() > 1e-6  # layer 1 sees it
-    np.testing.assert_allclose(session.attention(IOI).thumbnails[0], before_attention[0], atol=1e-6)  # layer 0 cannot
+    assert np.abs(session.attention.capture(IOI).thumbnails[1] - before_attention[1]).max() > 1e-6  # layer 1 sees it
+    np.testing.assert_allclose(session.attention.capture(IOI).thumbnails[0], before_attention[0], atol=1e-6)  # layer 0 cannot
     r = session.attribution(IOI)
     assert r.ablation is state and r.heads[0, 1] == 0.0 and r.heads[1, 3] == 0.0
     tokens = [t.token for t in session.generate_stream(session.prompt_context(IOI).ids, dict(max_new_tokens=4, temperature=0))]
