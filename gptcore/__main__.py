@@ -67,7 +67,9 @@ def _add_info(sub) -> None:
                                   "file or nanoGPT ckpt.pt")
     p.add_argument("--device", default=None, help="cpu, cuda, mps (default: best available)")
     p.add_argument("--dtype", default=None, help="fp32 (default), bf16 or fp16")
-    p.add_argument("--n-head", type=int, default=None, help="head count for a lone .safetensors file")
+    p.add_argument("--n-head", type=int, default=None,
+                   help="head count of a file that does not record it (the book's model.pth, a lone .safetensors "
+                        "or state dict): no tensor shape holds it, so such a file is refused without it")
     p.set_defaults(func=cmd_info)
 
 
@@ -95,6 +97,7 @@ def _add_generate(sub) -> None:
     p.add_argument("--repetition-penalty", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--device", default=None)
+    p.add_argument("--n-head", type=int, default=None, help="head count of a file that does not record it")
     p.set_defaults(func=cmd_generate)
 
 
@@ -106,7 +109,7 @@ def cmd_generate(args) -> int:
     # Settings are checked before anything slow happens (a bad --top-p fails at once).
     check_settings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                    repetition_penalty=args.repetition_penalty, max_new_tokens=args.max_new_tokens)
-    model, info = load(args.model, device=args.device, progress=_print_progress)
+    model, info = load(args.model, device=args.device, n_head=args.n_head, progress=_print_progress)
     tok = gpt2_tokenizer()
     print(f"[{info.name} on {info.device}]", file=sys.stderr)
     sys.stdout.write(args.prompt)

@@ -5,8 +5,9 @@ The book's `model.pth` (a bare state dict of its GPTModel), a lone .safetensors 
 torch state dict therefore load with a head count that came from somewhere else: config.json
 next to the file, the user (`n_head=` / `--n-head`), or a guess. A wrong guess is not a small
 error: a 4-head, 96-wide model opened as 1 head gave logits 0.148 away from the real ones. So
-the app never guesses (it asks, `HeadCountNeeded`), and `python -m gptcore info` guesses only
-with a warning.
+neither the app nor the command line guesses: `load` raises `HeadCountNeeded`, which the window
+turns into a dialog and `python -m gptcore info` into an error naming `--n-head` (exit 2).
+`load(..., guess_heads=True)` still guesses, with a warning, for a caller that asks for it.
 """
 from __future__ import annotations
 

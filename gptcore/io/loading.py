@@ -154,7 +154,7 @@ def resolve_dtype(spec=None) -> torch.dtype:
 # -- load ----------------------------------------------------------------------------------------
 
 def load(source, *, device=None, dtype=None, progress: ProgressFn | None = None, n_head: int | None = None,
-         cancel: Callable[[], bool] | None = None, guess_heads: bool = True) -> tuple[GPT, LoadInfo]:
+         cancel: Callable[[], bool] | None = None, guess_heads: bool = False) -> tuple[GPT, LoadInfo]:
     """Load a GPT-2-family checkpoint -> (model in eval mode on `device`, LoadInfo).
 
     `source`: a hub id (gpt2, openai-community/gpt2, gpt2-medium, gpt2-large, gpt2-xl, distilgpt2, or
@@ -162,9 +162,10 @@ def load(source, *, device=None, dtype=None, progress: ProgressFn | None = None,
     (model.pth, or its dict with the optimizer state) or a torch state dict file.
     `progress(done, total, what)` is called as bytes arrive and are loaded; `cancel()` is checked
     between steps and raises LoadCancelled. `n_head` is for files without a config (it is not in
-    any tensor shape); without it such a file loads with a guessed count and a warning, or, with
-    `guess_heads=False`, raises HeadCountNeeded (its `choices` are the counts that fit) before
-    anything is built.
+    any tensor shape); without it such a file raises HeadCountNeeded (its `choices` are the counts
+    that fit, its message names `--n-head`) before anything is built: the window asks with a
+    dialog, the command line with that message. `guess_heads=True` loads it with a guessed count
+    and a warning instead (a wrong count changes every output, so only on request).
     """
     start = time.perf_counter()
     target_device, target_dtype = resolve_device(device), resolve_dtype(dtype)

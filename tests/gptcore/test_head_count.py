@@ -53,7 +53,7 @@ def test_choices_are_the_divisors_of_the_width_likeliest_first():
 
 def test_the_app_is_asked_instead_of_a_guess(book_file):
     with pytest.raises(HeadCountNeeded) as raised:
-        load(book_file, guess_heads=False)
+        load(book_file)  # gptcore.load's default: never a guess (issue 27)
     exc = raised.value
     assert exc.n_embd == WIDTH and 4 in exc.choices and exc.choices == head_count_choices(WIDTH)
     message = str(exc)
@@ -65,7 +65,7 @@ def test_a_given_count_is_used_and_said_to_be_given(book_file):
     model, info = load(book_file, n_head=4, guess_heads=False)
     assert model.config.n_head == 4 and info.heads == "given"
     assert "4 heads (given by the user" in info.describe()["shape"]
-    one, guessed = load(book_file)  # the command line's default: a guess, said as such
+    one, guessed = load(book_file, guess_heads=True)  # only on request: a guess, said as such
     assert guessed.heads == "guessed" and one.config.n_head != 4
     assert any("head count not stored" in w for w in guessed.warnings)
     assert "guessed" in guessed.describe()["shape"]
@@ -79,3 +79,17 @@ def test_files_that_record_the_count_are_unchanged(tmp_path):
     torch.save(book_state(), tmp_path / "model.pth")
     model, info = load(tmp_path / "model.pth", guess_heads=False)
     assert model.config.n_head == 4 and info.heads == "file" and "given" not in info.describe()["shape"]
+
+
+def test_the_command_line_asks_for_n_head_instead_of_guessing(book_file, capsys):
+    """`python -m gptcore info` on the book's model.pth: exit 2 with an error naming --n-head and
+    the counts that fit (as the window's dialog offers them); with --n-head it describes the model."""
+    from gptcore.__main__ import main
+
+    assert main(["info", str(book_file), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "--n-head" in err and "does not record" in err
+    assert "2, 1, 3, 4" in err  # head_count_choices(96), likeliest first
+    assert main(["info", str(book_file), "--device", "cpu", "--n-head", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "4 heads (given by the user" in out and "guessed" not in out

@@ -12,6 +12,7 @@ import torch
 
 from gptcore.__main__ import main as cli_main
 from gptcore.io.checkpoints import LoadCancelled, LoadError
+from gptcore.io.head_count import HeadCountNeeded
 from gptcore.io.hub import HUB_IDS, cached_snapshot
 from gptcore.io.loading import LoadInfo, default_device, is_hub_cached, load, resolve_device, resolve_dtype
 from gptcore.model.gpt import GPT
@@ -163,7 +164,9 @@ def test_lone_safetensors_needs_heads(hf_tiny, tokens, tmp_path):
     state = {k: v.contiguous() for k, v in hf_tiny.state_dict().items() if k != "lm_head.weight"}
     safetensors_torch.save_file(state, lone)
 
-    guessed, info = load(lone)
+    with pytest.raises(HeadCountNeeded, match="--n-head"):
+        load(lone)  # never a guess unless asked for
+    guessed, info = load(lone, guess_heads=True)
     assert info.config.n_head == 1 and info.name == "tiny-gpt"
     assert any("n_head" in w and "assumed" in w for w in info.warnings)
     with torch.no_grad():

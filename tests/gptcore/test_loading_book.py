@@ -157,7 +157,7 @@ def test_book_head_count_from_a_sidecar_config_in_the_books_own_keys(tokens, tmp
 
 def test_book_head_count_guessed_with_a_warning_that_names_the_fix(tmp_path):
     torch.save(book_model(seed=2).state_dict(), tmp_path / "model.pth")
-    _, info = load(tmp_path / "model.pth")
+    _, info = load(tmp_path / "model.pth", guess_heads=True)  # a guess only on request
     assert info.config.n_head == 1  # 64 wide, not a GPT-2 width: 64-wide heads
     warning = next(w for w in info.warnings if "head count" in w)
     assert "n_head=1" in warning and "--n-head" in warning and "config.json" in warning
