@@ -42,6 +42,7 @@ from explorer.session.attention import AttentionDomain
 from explorer.session.generation import GenerationDomain
 from explorer.session.interp import Interpretability
 from explorer.session.residual import ResidualDomain
+from explorer.session.training import TrainingDomain
 
 ProgressFn = Callable[[int, int, str], None]
 
@@ -94,6 +95,7 @@ class Session:
         self.attention = AttentionDomain(self)
         self.residual = ResidualDomain(self)
         self.generation = GenerationDomain(self)
+        self.training = TrainingDomain(self)
 
     # -- basics --------------------------------------------------------------------------
     @property
@@ -350,16 +352,3 @@ class Session:
 
     def gradient_flow(self, *args, **kwargs) -> GradientResult:
         return self.residual.gradient_flow(*args, **kwargs)
-
-    # --- generation: the domain in explorer/session/generation.py; these forward to it ---
-    def prompt_context(self, text: str) -> PromptContext:
-        return self.generation.prompt_context(text)
-
-    def next_token_logits(self, text: str) -> NextTokenLogits:
-        return self.generation.next_token_logits(text)
-
-    def distribution(self, result: NextTokenLogits, **settings) -> Distribution:
-        return self.generation.distribution(result, **settings)
-
-    def generate_stream(self, ids, settings: dict, cancel=None) -> Iterator[GeneratedToken]:
-        return self.generation.generate_stream(ids, settings, cancel)
