@@ -65,7 +65,7 @@ def test_attention_errors_input_in_panel_bug_in_dialog(qtbot, runner, tmp_path, 
         qtbot.waitUntil(lambda: "outside this model" in page.view.status_label.text(), timeout=WAIT_MS)
         _quiet(qtbot, runner)
         assert window.error_dialog is None and not window.errors_shown
-        monkeypatch.setattr(window.session, "attention", _kaput)
+        monkeypatch.setattr(window.session.attention, "capture", _kaput)
         page.set_prompt("a b c")
         qtbot.waitUntil(lambda: window.error_dialog is not None, timeout=WAIT_MS)
     assert window.error_dialog.windowTitle() == "Unexpected error" and "kaput" in window.error_dialog.text()
@@ -102,7 +102,7 @@ def test_generation_errors_input_in_panel_bug_in_dialog(qtbot, runner, tmp_path,
         qtbot.waitUntil(lambda: "outside this model" in pane.view.chart.note.text(), timeout=WAIT_MS)
         _quiet(qtbot, runner)
         assert window.error_dialog is None
-        monkeypatch.setattr(window.session, "next_token_logits", _kaput)
+        monkeypatch.setattr(window.session.generation, "next_token", _kaput)
         pane.view.set_prompt_text("a b")
         pane.refresh_logits()
         qtbot.waitUntil(lambda: window.error_dialog is not None, timeout=WAIT_MS)
@@ -203,9 +203,14 @@ def test_residual_marks_its_plot_when_a_measured_setting_changes(qtbot, window, 
     view.ln_box.setCurrentIndex(1)  # post-LN: the plot shown is the pre-LN run
     assert "LayerNorm placement changed" in view.stale_reason() and "press Run" in view.stale_reason()
     norms_status = view.status.text()
-    with qtbot.waitSignal(page.controller.drawn, timeout=WAIT_MS):
+    with qtbot.waitSignal(page.controller.drawn, timeout=WAIT_MS) as drawn:
         view.set_view("gradients")  # no data yet: runs with the new settings
-    assert view.stale_reason() == "" and view.status.text() != norms_status
+    # What the re-run changed (never its timing text, which can read the same twice):
+    # the gradients view was measured post-LN while the norms plot stays the pre-LN run.
+    measured = page.controller.last_settings
+    assert drawn.args[0] == "gradients" and measured["gradients"]["ln_placement"] == "post"
+    assert measured["norms"]["ln_placement"] == "pre"
+    assert view.stale_reason() == "" and view.status.text() == page.controller.statuses["gradients"]
     view.set_view("norms")  # back: the pre-LN plot, its own status, still marked
     assert view.status.text() == norms_status and "LayerNorm placement" in view.stale_reason()
     view.ln_box.setCurrentIndex(0)  # back to what was measured: the mark goes

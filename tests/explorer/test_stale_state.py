@@ -123,7 +123,7 @@ def _settled(qtbot, window, page, name: str) -> None:
     c, view = page.controller, page.view
     if name == "attention":
         qtbot.waitUntil(lambda: c.result is not None and c.result.version == window.session.version, timeout=WAIT_MS)
-        assert view.status_label.text().endswith("ms") and view.grid.displayed_tile(0, 0).size and len(c.result.entropy) == window.session.config.n_layer
+        assert f"{c.result.n_tokens} tokens · capture" in view.status_label.text() and view.grid.displayed_tile(0, 0).size and len(c.result.entropy) == window.session.config.n_layer
     elif name == "attribution":
         qtbot.waitUntil(lambda: c.result is not None and c.result.version == window.session.version, timeout=WAIT_MS)
         assert "computing" not in view.status_label.text()
