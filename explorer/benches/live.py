@@ -161,7 +161,7 @@ def bench_generation(app, session, runner, new_tokens: int, rounds: int = 3) -> 
     pane.view.set_prompt_text(prompt)
     pane.view.set_settings(temperature=0.0, max_new_tokens=new_tokens)
     wait = _Waiter(pane.generationFinished, runner.busyChanged)
-    ids = session.prompt_context(prompt).ids.tolist()
+    ids = session.generation.context(prompt).ids.tolist()
     app_rates, ref_rates = [], []
 
     def reference() -> float:  # on the compute thread too, so both share its warm OpenMP team

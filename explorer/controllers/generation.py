@@ -142,7 +142,7 @@ class GenerationController(PanelController):
             return False
         text = self.view.prompt_text()
         session = self.session
-        self.submit(LOGITS_KEY, lambda cancel, progress: session.next_token_logits(text),
+        self.submit(LOGITS_KEY, lambda cancel, progress: session.generation.next_token(text),
                     on_result=self._on_logits, on_error=self._on_logits_error, on_finished=done)
         return True
 
@@ -167,7 +167,7 @@ class GenerationController(PanelController):
             return
         settings = self.view.settings()
         try:
-            dist = self.session.distribution(self.logits, **{k: settings[k] for k in SHAPING_SETTINGS})
+            dist = self.session.generation.distribution(self.logits, **{k: settings[k] for k in SHAPING_SETTINGS})
         except (ValueError, RuntimeError) as exc:  # NaN logits (GenerationError), impossible settings
             self._show_problem(self.report_error(exc, "Next-token distribution").inline)
             return
@@ -237,7 +237,7 @@ class GenerationController(PanelController):
             return False
         session = self.session
         settings = self.view.settings()
-        context = session.prompt_context(self.view.prompt_text())
+        context = session.generation.context(self.view.prompt_text())
         run = _Run(max_new_tokens=settings["max_new_tokens"], model_name=session.info.name)
         self._run = run
         self.generated_ids = []
@@ -246,7 +246,7 @@ class GenerationController(PanelController):
         self.view.set_stream_status("starting…")
 
         def work(cancel, progress):
-            for token in session.generate_stream(context.ids, settings, cancel):
+            for token in session.generation.stream(context.ids, settings, cancel):
                 run.produced += 1
                 run.tokens.put((token, time.perf_counter()))
                 progress(run.produced, run.max_new_tokens, "")

@@ -1,8 +1,9 @@
 """The session's generation domain: the next-token distribution and streamed generation
 (gptcore.generation.streaming / gptcore.generation.sampling). No Qt here.
 
-Takes the session core explicitly (`GenerationDomain(core)`, made by `Session`). The pane runs
-ONE forward per prompt (`next_token_logits`); every slider move reshapes those logits with
+Takes the session core explicitly (`GenerationDomain(core)`, made by `Session`); callers reach it
+as `session.generation` (`context`, `next_token`, `distribution`, `stream`). The pane runs
+ONE forward per prompt (`next_token`); every slider move reshapes those logits with
 `distribution`, the same function the sampler uses, so the bars show what is drawn.
 """
 from __future__ import annotations
@@ -19,7 +20,7 @@ class GenerationDomain:
     def __init__(self, core):
         self.core = core
 
-    def prompt_context(self, text: str) -> PromptContext:
+    def context(self, text: str) -> PromptContext:
         """The ids the model reads for `text`: <|endoftext|> when empty, the last
         block_size tokens when longer (tokenizer only, cheap enough for the GUI thread)."""
         tok = self.core.tokenizer
@@ -35,9 +36,9 @@ class GenerationDomain:
         return PromptContext(ids=np.asarray(kept, dtype=np.int64), text=tok.decode(kept),
                              cropped=cropped, total_tokens=len(ids), from_eot=from_eot, block_size=block)
 
-    def next_token_logits(self, text: str) -> NextTokenLogits:
+    def next_token(self, text: str) -> NextTokenLogits:
         """One forward over the (cropped) prompt; the last position's logits as numpy."""
-        context = self.prompt_context(text)
+        context = self.context(text)
         with self.core.lock:
             model, version = self.core.model, self.core.version
             self.core.check_token_ids(context.ids, model)
@@ -80,7 +81,7 @@ class GenerationDomain:
             vocab=limit, entropy_bits=max(0.0, entropy),
         )
 
-    def generate_stream(self, ids, settings: dict, cancel=None) -> Iterator[GeneratedToken]:
+    def stream(self, ids, settings: dict, cancel=None) -> Iterator[GeneratedToken]:
         """Tokens one by one (KV-cached), each with its text and the alternatives it beat.
 
         The lock is taken per step, so other panels can run between tokens. The stream

@@ -15,7 +15,7 @@ def test_generation_does_not_hold_a_keystroke_for_more_than_one_step(qtbot, runn
     settings = dict(max_new_tokens=400, temperature=0.0)
 
     def generate(cancel, progress):  # what GenerationController submits
-        for token in session.generate_stream([1, 2, 3], settings, cancel):
+        for token in session.generation.stream([1, 2, 3], settings, cancel):
             produced.append(token.token)
             first.set()
             progress(len(produced), settings["max_new_tokens"], "")
@@ -35,7 +35,7 @@ def test_generation_does_not_hold_a_keystroke_for_more_than_one_step(qtbot, runn
     assert ran_at[0] - submitted_at <= 1 and ran_at[0] < settings["max_new_tokens"]
     qtbot.waitUntil(lambda: any(kind == "generated" for kind, _ in results), timeout=60000)
     assert dict(results)["generated"] == settings["max_new_tokens"]  # the generation went on afterwards
-    undisturbed = [t.token for t in session.generate_stream([1, 2, 3], settings)]
+    undisturbed = [t.token for t in session.generation.stream([1, 2, 3], settings)]
     assert produced == undisturbed  # the capture in between changed nothing in the generation
 
     alone = Session(session.model, session.info)

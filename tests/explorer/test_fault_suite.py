@@ -404,9 +404,9 @@ def test_fault_small_vocab_model_explains_out_of_vocabulary_text_in_generation(q
     assert pane.view.generate_button.isEnabled() and pane.view.prompt_text() == "Hello world"
     # The session refuses before the model runs, for both paths, naming the token.
     with pytest.raises(ValueError, match=r"token 'Hello' \(id 15,496\) is outside"):
-        session.next_token_logits("Hello world")
+        session.generation.next_token("Hello world")
     with pytest.raises(ValueError, match="<\\|endoftext\\|>"):  # an empty prompt starts from id 50256
-        session.next_token_logits("")
+        session.generation.next_token("")
     pane.view.set_prompt_text("a b c")
     pane.view.set_settings(max_new_tokens=3, temperature=0.0)
     pane.refresh_logits()

@@ -51,7 +51,7 @@ def generate_and_wait(qtbot, pane, **settings) -> list[int]:
 def wait_for_prompt(qtbot, pane, text: str) -> None:
     pane.view.set_prompt_text(text)
     pane.refresh_logits()
-    qtbot.waitUntil(lambda: pane.logits is not None and pane.logits.context.text == pane.session.prompt_context(text).text
+    qtbot.waitUntil(lambda: pane.logits is not None and pane.logits.context.text == pane.session.generation.context(text).text
                     and pane.distribution is not None, timeout=10000)
 
 
@@ -80,7 +80,7 @@ def _argmax_loop(model, ids: list[int], n: int) -> list[int]:
                          ids=["temperature-0", "top-k-1"])
 def test_greedy_settings_equal_gptcore_greedy(qtbot, pane, settings):
     session = pane.session
-    ids = session.prompt_context(PROMPT).ids.tolist()
+    ids = session.generation.context(PROMPT).ids.tolist()
     direct = [s.token for s in generate(session.model, ids, max_new_tokens=10, temperature=0)]
     assert direct == _argmax_loop(session.model, ids, 10)
     got = generate_and_wait(qtbot, pane, max_new_tokens=10, seed=5, **settings)

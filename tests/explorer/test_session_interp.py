@@ -19,7 +19,7 @@ def session():
 
 def test_attribution_defaults_to_the_top_two_and_sums_to_the_total(session):
     r = session.attribution(IOI)
-    logits = session.next_token_logits(IOI).logits
+    logits = session.generation.next_token(IOI).logits
     top2 = np.argsort(-logits)[:2]
     assert (r.target.id, r.contrast.id) == tuple(int(t) for t in top2)
     assert r.total == pytest.approx(float(logits[top2[0]] - logits[top2[1]]), abs=1e-4)
@@ -46,24 +46,24 @@ def test_tokens_and_answers_that_cannot_be_used(session):
 
 
 def test_ablation_is_versioned_state_that_every_computation_uses(session):
-    before_logits = session.next_token_logits(IOI).logits
+    before_logits = session.generation.next_token(IOI).logits
     before_attention = session.attention.capture(IOI).thumbnails
     v = session.version
     state = session.set_ablation([(0, 1), (1, 2), (1, 3)], [], "zero")
     assert state.text() == "3 heads ablated" and session.ablation is state and session.version == v + 1
-    logits = session.next_token_logits(IOI)
+    logits = session.generation.next_token(IOI)
     assert logits.version == session.version
     assert np.abs(logits.logits - before_logits).max() > 1e-4  # the generation pane's distribution
     assert np.abs(session.attention.capture(IOI).thumbnails[1] - before_attention[1]).max() > 1e-6  # layer 1 sees it
     np.testing.assert_allclose(session.attention.capture(IOI).thumbnails[0], before_attention[0], atol=1e-6)  # layer 0 cannot
     r = session.attribution(IOI)
     assert r.ablation is state and r.heads[0, 1] == 0.0 and r.heads[1, 3] == 0.0
-    tokens = [t.token for t in session.generate_stream(session.prompt_context(IOI).ids, dict(max_new_tokens=4, temperature=0))]
+    tokens = [t.token for t in session.generation.stream(session.generation.context(IOI).ids, dict(max_new_tokens=4, temperature=0))]
     session.clear_ablation()
     assert not session.ablation.active and session.version == v + 2
-    np.testing.assert_array_equal(session.next_token_logits(IOI).logits, before_logits)  # exactly the model again
+    np.testing.assert_array_equal(session.generation.next_token(IOI).logits, before_logits)  # exactly the model again
     assert not any(hp._forward_hooks for hp in session.model.hook_dict.values())
-    plain = [t.token for t in session.generate_stream(session.prompt_context(IOI).ids, dict(max_new_tokens=4, temperature=0))]
+    plain = [t.token for t in session.generation.stream(session.generation.context(IOI).ids, dict(max_new_tokens=4, temperature=0))]
     assert len(tokens) == len(plain) == 4
 
 
@@ -105,7 +105,7 @@ def test_patching_maps_and_a_patched_distribution(session):
     np.testing.assert_allclose(p.resid[0, :9], 0, atol=1e-5)  # positions equal in both prompts restore nothing
     np.testing.assert_allclose(p.resid[0, 9], 1, atol=1e-4)  # the one changed token restores everything
     d = session.patched_distribution(IOI, IOI_CORRUPT, "resid", 0, 9, rows=5)
-    clean = session.next_token_logits(IOI).logits
+    clean = session.generation.next_token(IOI).logits
     want = np.exp(clean - clean.max()) / np.exp(clean - clean.max()).sum()
     assert d.probs.shape == (5,) and d.probs[0] == pytest.approx(float(want.max()), rel=1e-4)
     assert d.label == "resid L0 ' John' (pos 9)"
