@@ -146,10 +146,10 @@ class ResidualController(PanelController):
                         progress(offset + done, steps * len(runs), message)
 
                     if view == "norms":
-                        results.append(session.residual_norms(metric=settings["metric"], progress=report,
+                        results.append(session.residual.norms(metric=settings["metric"], progress=report,
                                                               cancel=token, with_model=(i == 0), **kw))
                     else:
-                        results.append(session.gradient_flow(quantity=settings["quantity"], progress=report,
+                        results.append(session.residual.gradients(quantity=settings["quantity"], progress=report,
                                                              cancel=token, **kw))
             except ProbeCancelled:
                 token.raise_if_cancelled()  # ends the task quietly (not an error)
@@ -178,7 +178,7 @@ class ResidualController(PanelController):
         session = self.ctx.session
         if not session.has_model:
             return {}
-        return session.probe_config(probe_overrides(settings, session.config.block_size)).to_dict()
+        return session.residual.probe_config(probe_overrides(settings, session.config.block_size)).to_dict()
 
     def cancel(self) -> None:
         self.ctx.runner.cancel(TASK_KEY)
@@ -208,7 +208,7 @@ class ResidualController(PanelController):
 
         def work(token, _progress):
             token.raise_if_cancelled()
-            return session.model_residual_curve(batch=settings["batch"], length=settings["length"],
+            return session.residual.model_curve(batch=settings["batch"], length=settings["length"],
                                                 seed=settings["seeds"][0], metric=settings["metric"])
 
         def done(ref):  # only called while the model it was measured on is loaded (the one stale rule)

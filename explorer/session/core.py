@@ -42,6 +42,7 @@ from explorer.session.attention import AttentionDomain
 from explorer.session.generation import GenerationDomain
 from explorer.session.interp import Interpretability
 from explorer.session.residual import ResidualDomain
+from explorer.session.routes import RoutesDomain
 from explorer.session.training import TrainingDomain
 
 ProgressFn = Callable[[int, int, str], None]
@@ -96,6 +97,7 @@ class Session:
         self.residual = ResidualDomain(self)
         self.generation = GenerationDomain(self)
         self.training = TrainingDomain(self)
+        self.routes = RoutesDomain(self)
 
     # -- basics --------------------------------------------------------------------------
     @property
@@ -339,16 +341,3 @@ class Session:
         model = GPT(GPTConfig(**values), init="gpt2", seed=seed).eval()
         info = _model_info(model, name="tiny (test)", trained=False, source="Session.tiny")
         return cls(model, info)
-
-    # --- residual: the domain in explorer/session/residual.py; these forward to it ---
-    def probe_config(self, overrides: dict | None = None) -> GPTConfig:
-        return self.residual.probe_config(overrides)
-
-    def residual_norms(self, *args, **kwargs) -> ResidualResult:
-        return self.residual.residual_norms(*args, **kwargs)
-
-    def model_residual_curve(self, *args, **kwargs) -> ReferenceCurve | None:
-        return self.residual.model_residual_curve(*args, **kwargs)
-
-    def gradient_flow(self, *args, **kwargs) -> GradientResult:
-        return self.residual.gradient_flow(*args, **kwargs)

@@ -1,7 +1,8 @@
 """The session's residual domain: residual-stream norms and gradient flow of freshly initialised
 models (gptcore.interp.probes.residual / gradients), and the loaded model's own curve. No Qt here.
 
-Takes the session core explicitly (`ResidualDomain(core)`, made by `Session`): the probes build
+Takes the session core explicitly (`ResidualDomain(core)`, made by `Session`; callers reach it as
+`session.residual`: `probe_config`, `norms`, `model_curve`, `gradients`): the probes build
 their own throw-away model per request (re-initialised per scheme and seed), so only reading the
 core's config and measuring the loaded model's own curve need the core's lock.
 """
@@ -25,7 +26,7 @@ class ResidualDomain:
         base = self.core.model.config.to_dict() if self.core.model is not None else GPTConfig().to_dict()
         return GPTConfig.from_dict({**base, **(overrides or {})})
 
-    def residual_norms(self, config: dict | None = None, schemes=None, seeds=(0, 1, 2), batch: int = 4,
+    def norms(self, config: dict | None = None, schemes=None, seeds=(0, 1, 2), batch: int = 4,
                        length: int = 64, metric: str = "l2", tokens=None, progress: ProgressFn | None = None,
                        cancel=None, with_model: bool = True) -> ResidualResult:
         """Residual norm per layer boundary for each scheme (mean and spread over `seeds`),
@@ -41,12 +42,12 @@ class ResidualDomain:
                                 metric=metric, tokens=tokens, device=self.core.device, progress=progress,
                                 cancel=cancel)
         elapsed = time.perf_counter() - started
-        ref = self.model_residual_curve(batch, length, curves.seeds[0], metric, tokens) if with_model else None
+        ref = self.model_curve(batch, length, curves.seeds[0], metric, tokens) if with_model else None
         return ResidualResult(curves=curves, reference=None if ref is None else ref.y,
                               reference_name="" if ref is None else ref.name,
                               version=self.core.version if ref is None else ref.version, elapsed_s=elapsed)
 
-    def model_residual_curve(self, batch: int = 4, length: int = 64, seed: int = 0, metric: str = "l2",
+    def model_curve(self, batch: int = 4, length: int = 64, seed: int = 0, metric: str = "l2",
                              tokens=None) -> ReferenceCurve | None:
         """The loaded model's own norm curve on the sweep's prompts (seed's random ids or
         `tokens`); None unless a trained model is loaded (random weights are the sweep's job)."""
@@ -60,7 +61,7 @@ class ResidualDomain:
         x, _labels = boundary_axis(model.config.n_layer)
         return ReferenceCurve(x=x, y=y, name=info.name, version=version)
 
-    def gradient_flow(self, config: dict | None = None, schemes=None, seeds=(0, 1, 2), batch: int = 4,
+    def gradients(self, config: dict | None = None, schemes=None, seeds=(0, 1, 2), batch: int = 4,
                       length: int = 64, quantity: str = "params", tokens=None, progress: ProgressFn | None = None,
                       cancel=None) -> GradientResult:
         """Per-block gradient norm of the LM loss on random targets, for each scheme."""

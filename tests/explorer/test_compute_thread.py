@@ -60,7 +60,7 @@ def test_residual_sweep_serves_a_keystroke_between_two_of_its_steps(qtbot, runne
             first.set()
             progress(done, total, message)
 
-        return session.residual_norms(config=dict(n_layer=4), seeds=tuple(range(8)), batch=2, length=32,
+        return session.residual.norms(config=dict(n_layer=4), seeds=tuple(range(8)), batch=2, length=32,
                                       progress=report, cancel=token, with_model=False)
 
     runner.submit("residual", sweep, on_result=lambda r: results.append(("sweep", r)))

@@ -84,7 +84,7 @@ def test_residual_errors_input_in_panel_bug_in_dialog(qtbot, window, caplog, mon
         qtbot.waitUntil(lambda: "divisible" in view.status.text(), timeout=WAIT_MS)
         assert window.error_dialog is None
         view.set_shape(2, 64, 4)
-        monkeypatch.setattr(window.session, "residual_norms", _kaput)
+        monkeypatch.setattr(window.session.residual, "norms", _kaput)
         view.run_button.click()
         qtbot.waitUntil(lambda: window.error_dialog is not None, timeout=WAIT_MS)
     assert window.error_dialog.windowTitle() == "Unexpected error" and "kaput" in view.status.text()

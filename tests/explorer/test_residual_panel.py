@@ -122,7 +122,7 @@ def test_comparison_draws_the_other_residual_setting_dashed(qtbot, panel_context
     qtbot.waitUntil(lambda: not panel_context.runner.busy, timeout=60_000)
     data = view.view._data["gradients"]
     cfg = view.controller.results["gradients"].curves.config
-    want = panel_context.session.gradient_flow(
+    want = panel_context.session.residual.gradients(
         config=dict(cfg, residual=False), schemes=("gpt2",), seeds=(0,), batch=2, length=8).curves.values
     np.testing.assert_allclose(data["comparison"], want)
     assert cfg["residual"] is True and not np.allclose(data["values"], want)

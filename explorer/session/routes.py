@@ -1,0 +1,218 @@
+"""The session's routes domain: information-flow routes for a prompt (gptcore.information_flow,
+gptcore.flow_graph), what one block writes, and the causal check of one edge. No Qt here.
+
+Why the contributions are handed out and kept by the caller: one forward gives every share of
+every block; the graph for another threshold or another chosen position is `flow_graph` over the
+same shares (milliseconds), so the Routes view's slider never recomputes. Everything runs on the
+model as the session holds it, ablation included (its hooks are on the model): an ablated head's
+shares sit at the floor, so its edges vanish.
+
+Takes the session core explicitly (`RoutesDomain(core)`, made by `Session`); callers reach it
+as `session.routes`.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from explorer.session.routes_over_training import routes_over_training
+from explorer.session.routes_results import (NODE_KINDS, BlockEffect, EdgeTest, HeadRanking, RouteGraph,
+                                             RoutesResult)
+
+TOP_TOKENS = 6  # promoted / suppressed tokens shown for a clicked node
+
+
+class RoutesDomain:
+    def __init__(self, core):
+        self.core = core
+
+    # -- the contributions (one forward) -----------------------------------------------------------
+    def compute(self, text: str) -> RoutesResult:
+        """Every block's shares for `text` (cropped from the left to block_size) and the model's
+        top-1 next token after every position."""
+        from gptcore import information_flow
+
+        self.core.require_model()
+        ids = self.core.encode(text)
+        with self.core.lock:
+            model = self.core.require_model()
+            version, ablation = self.core.version, self.core.interp.ablation
+            block = model.config.block_size
+            cropped = max(0, len(ids) - block)
+            ids = ids[cropped:]
+            self.core.check_token_ids(ids, model)
+            started = time.perf_counter()
+            flow = information_flow(model, ids)
+            with torch.inference_mode():
+                logits = model(torch.tensor([ids], device=model.device))[0].float()  # (T, V)
+            probs = torch.softmax(logits, dim=-1)  # (T, V)
+            top_p, top_i = probs.max(dim=-1)  # (T,)
+            elapsed = time.perf_counter() - started
+        top_i = top_i.cpu().numpy().astype(np.int64)
+        return RoutesResult(
+            text=text, token_ids=np.asarray(ids, dtype=np.int64), tokens=tuple(self.core.token_strings(ids)),
+            attn=flow.attn, attn_residual=flow.attn_residual, mlp=flow.mlp, mlp_residual=flow.mlp_residual,
+            predicted_ids=top_i, predicted_texts=tuple(self.core.token_strings(top_i)),
+            predicted_probs=top_p.cpu().numpy(), replaced_heads=tuple(flow.replaced_heads), cropped=cropped,
+            ablation=ablation, version=version, elapsed_s=elapsed)
+
+    # -- the graph (no forward) ----------------------------------------------------------------------
+    def graph(self, result: RoutesResult, threshold: float = 0.04, position: int = -1) -> RouteGraph:
+        """`flow_graph` over the kept shares: cheap enough for every slider move."""
+        from gptcore import flow_graph
+
+        g = flow_graph(contributions_of(result), position=int(position), threshold=float(threshold))
+        return graph_arrays(g, result, threshold, g.position)
+
+    # -- what a node writes ------------------------------------------------------------------------
+    def block_effect(self, result: RoutesResult, node: str, top_k: int = TOP_TOKENS) -> BlockEffect:
+        """The output of block node `node` ("A3_7" attention, "M3_7" MLP) through the unembedding."""
+        from gptcore import block_logit_effect
+
+        with self.core.lock:
+            model = self.core.require_model()
+            version = self.core.version
+            effect = block_logit_effect(model, result.token_ids.tolist(), node, k=top_k)
+        promoted = tuple((self.core.token_strings([int(t)])[0], float(v)) for t, v in zip(effect.top_ids, effect.top_values))
+        suppressed = tuple((self.core.token_strings([int(t)])[0], float(v))
+                           for t, v in zip(effect.bottom_ids, effect.bottom_values))
+        return BlockEffect(node=node, title=node_title(node, result.tokens), promoted=promoted,
+                           suppressed=suppressed, version=version)
+
+    # -- from routes to causes -----------------------------------------------------------------------
+    def remove_edge(self, result: RoutesResult, graph: RouteGraph, edge: int) -> EdgeTest:
+        """Re-run without the selected attention edge's strongest head reading its source token into
+        its target position; Δ log p of the chosen token (the top-1 after the chosen position)."""
+        from gptcore import remove_edge_effect
+
+        if not 0 <= edge < graph.n_edges or not graph.is_attention[edge]:
+            raise ValueError("select an attention edge first (a line from one row up to the next 'attn' row): "
+                             "only a head reading a token can be removed")
+        head = int(np.argmax(graph.heads[edge]))
+        layer = int(graph.node_layer[graph.dst[edge]])
+        source, target = int(graph.node_pos[graph.src[edge]]), int(graph.node_pos[graph.dst[edge]])
+        with self.core.lock:
+            model = self.core.require_model()
+            version = self.core.version
+            delta = remove_edge_effect(model, result.token_ids.tolist(), layer, head, source, target,
+                                       position=graph.position, token=graph.target_id)
+        return EdgeTest(layer=layer, head=head, source=source, target=target,
+                        route_weight=float(graph.heads[edge, head]), delta_logprob=float(delta),
+                        token_text=graph.target_text, version=version)
+
+    def head_ranking(self, result: RoutesResult, position: int = -1, cancel=None) -> HeadRanking:
+        """Every head's route weight into `position` beside the measured effect of removing its
+        whole update there (every source), one forward per head; Spearman's rank correlation."""
+        from gptcore import remove_edge_effect
+
+        position = check_position(position, result.n_tokens)
+        L, nh = result.n_layer, result.n_head
+        route = result.attn[:, position].sum(axis=1).reshape(-1)  # (L*nh,) Σ_j attn[l, i, j, h]
+        token = int(result.predicted_ids[position])
+        effect = np.zeros(L * nh)
+        started = time.perf_counter()
+        with self.core.lock:
+            model = self.core.require_model()
+            version = self.core.version
+            ids = result.token_ids.tolist()
+            for k in range(L * nh):
+                if cancel is not None and cancel():
+                    from gptcore.errors import Cancelled
+
+                    raise Cancelled("the ranking was superseded")
+                layer, head = divmod(k, nh)
+                effect[k] = remove_edge_effect(model, ids, layer, head, None, position, position=position, token=token)
+        return HeadRanking(position=position, labels=tuple(f"L{l} H{h}" for l in range(L) for h in range(nh)),
+                           route=route, effect=effect, spearman=spearman(route, -effect),
+                           token_text=result.predicted_texts[position], version=version,
+                           elapsed_s=time.perf_counter() - started)
+
+    # -- over training -------------------------------------------------------------------------------
+    def over_training(self, top: int = 5):
+        """The strongest routes over the probes of the run the model comes from (None otherwise)."""
+        return routes_over_training(self.core.info, top)
+
+
+def check_position(position: int, n_tokens: int) -> int:
+    """-1 (or any negative) counts from the end; past the prompt is refused, naming the range."""
+    p = int(position)
+    q = p + n_tokens if p < 0 else p
+    if not 0 <= q < n_tokens:
+        raise ValueError(f"position {p} is past the prompt: it has {n_tokens} tokens, so choose 0–{n_tokens - 1} "
+                         f"(or 'last')")
+    return q
+
+
+def contributions_of(result: RoutesResult):
+    """The gptcore FlowContributions a RoutesResult was made from (same arrays, no copy)."""
+    from gptcore import FlowContributions
+
+    return FlowContributions(attn=result.attn, attn_residual=result.attn_residual, mlp=result.mlp,
+                             mlp_residual=result.mlp_residual, tokens=result.token_ids,
+                             replaced_heads=tuple(result.replaced_heads))
+
+
+def parse_node(name: str) -> tuple[int, int, int]:
+    """'A3_7' -> (kind index, layer, position); 'X0_5' -> (0, 0, 5)."""
+    kind, rest = name[0], name[1:]
+    layer, pos = rest.split("_")
+    return NODE_KINDS.index(kind), int(layer), int(pos)
+
+
+def node_title(name: str, tokens) -> str:
+    kind, layer, pos = parse_node(name)
+    what = ("input token", f"layer {layer} attention", f"layer {layer} MLP", f"layer {layer} output")[kind]
+    tok = tokens[pos] if 0 <= pos < len(tokens) else "?"
+    return f"{what} at {tok!r} (position {pos})"
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rank correlation (average ranks for ties); nan when either side is constant."""
+    def ranks(x):
+        x = np.asarray(x, float)
+        order = np.argsort(x, kind="stable")
+        r = np.empty(len(x))
+        r[order] = np.arange(len(x), dtype=float)
+        for v in np.unique(x):  # ties share their mean rank
+            tie = x == v
+            if tie.sum() > 1:
+                r[tie] = r[tie].mean()
+        return r
+
+    if len(a) < 2:
+        return float("nan")
+    ra, rb = ranks(a), ranks(b)
+    if ra.std() == 0 or rb.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def graph_arrays(g, result: RoutesResult, threshold: float, position: int) -> RouteGraph:
+    """A FlowGraph's edges as numbered nodes and arrays (the view draws them at once), with the
+    per-head split of every attention edge read from its thresholded head shares."""
+    index: dict[str, int] = {}
+    names: list[str] = []
+    for s, d, _w in g.edges:
+        for name in (s, d):
+            if name not in index:
+                index[name] = len(names)
+                names.append(name)
+    src = np.array([index[s] for s, _d, _w in g.edges], dtype=np.int64)
+    dst = np.array([index[d] for _s, d, _w in g.edges], dtype=np.int64)
+    weight = np.array([w for _s, _d, w in g.edges], dtype=float)
+    parsed = np.array([parse_node(n) for n in names], dtype=np.int64).reshape(-1, 3)  # (N, 3) kind, layer, pos
+    on_route_pairs = {(s, d) for s, d, _w in g.route}
+    on_route = np.array([(s, d) in on_route_pairs for s, d, _w in g.edges], dtype=bool)
+    kind_d, layer_d, i, j = parsed[dst, 0], parsed[dst, 1], parsed[dst, 2], parsed[src, 2]  # (E,) each
+    is_attention = kind_d == NODE_KINDS.index("A")
+    heads = np.zeros((len(src), result.n_head))
+    heads[is_attention] = g.head_shares[layer_d[is_attention], i[is_attention], j[is_attention]]
+    residual = np.where(is_attention & (i == j), g.residual_shares[layer_d, i], 0.0)
+    token = int(result.predicted_ids[position])
+    return RouteGraph(threshold=float(threshold), position=position, names=tuple(names),
+                      node_kind=parsed[:, 0].astype(np.int8), node_layer=parsed[:, 1], node_pos=parsed[:, 2],
+                      src=src, dst=dst, weight=weight, on_route=on_route, is_attention=is_attention, heads=heads,
+                      residual=residual, target_id=token, target_text=result.predicted_texts[position],
+                      target_prob=float(result.predicted_probs[position]), version=result.version)
