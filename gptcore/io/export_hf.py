@@ -12,11 +12,11 @@ before anything is written.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import torch
 
+from gptcore.io.atomic import atomic_path
 from gptcore.model.config import GPTConfig
 from gptcore.io.convert import CONV1D_WEIGHTS
 from gptcore.errors import UserError
@@ -96,12 +96,8 @@ def save_hf_folder(model, folder, extra_files=()) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     weights = folder / "model.safetensors"
-    tmp = folder / f".model.safetensors.tmp{os.getpid()}"
-    try:
+    with atomic_path(weights) as tmp:
         save_file(hf_state_dict(model), str(tmp), metadata={"format": "pt"})
-        os.replace(tmp, weights)
-    finally:
-        tmp.unlink(missing_ok=True)
     (folder / "config.json").write_text(json.dumps(hf_config(model.config), indent=1) + "\n", encoding="utf-8")
     for path in extra_files:
         shutil.copy2(path, folder / Path(path).name)

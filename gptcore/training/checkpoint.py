@@ -22,11 +22,11 @@ old one, so a kill or a full disk mid-save leaves the previous checkpoint whole.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
 
+from gptcore.io.atomic import atomic_path
 from gptcore.model.config import GPTConfig
 from gptcore.io.layouts import GPTCORE_CKPT as OUR_FORMAT  # layouts.py recognises it when loading
 from gptcore.training.config import TrainConfig
@@ -77,39 +77,16 @@ def save_checkpoint(path, trainer, *, corpus=None, **extra) -> Path:
     path = Path(path)
     if corpus is not None:
         extra = {"dataset": corpus.name, "tokenizer": corpus.tokenizer, **extra}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         if corpus is not None:
             corpus.save_vocab(path.parent)
-        with open(tmp, "wb") as f:
+        with atomic_path(path, durable=True) as tmp, open(tmp, "wb") as f:
             torch.save(checkpoint_dict(trainer, **extra), f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _sync_folder(path.parent)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         kept = f"the previous {path.name} is unchanged" if path.exists() else f"no {path.name} was written"
         raise CheckpointError(f"could not write {path} ({exc.strerror or exc}); {kept}. Free disk space or "
                               f"choose another out_dir") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return path
-
-
-def _sync_folder(folder: Path) -> None:
-    """Make the rename itself durable (a power cut right after it could otherwise lose it)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # e.g. a platform that cannot open folders: the rename is still atomic
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def read_checkpoint(path) -> tuple[dict, GPTConfig, dict]:

@@ -16,18 +16,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from gptcore.io.atomic import atomic_write_bytes
+
 CHAR_VOCAB_FILE = "char_vocab.json"  # beside a checkpoint: how the app turns ids back into text
 CHAR_VOCAB_FORMAT = "gptcore-char-vocab-1"
 PYDOC_TOPICS = "pydoc topics"
 VAL_FRACTION = 0.1  # shakespeare_char's split: the last 10 % of the text
-_MAX_META_BYTES = 16 << 20
 
 
 class DataError(ValueError):
@@ -112,9 +112,7 @@ class Corpus:
         if self.tokenizer != "char":
             return None
         path = Path(folder) / CHAR_VOCAB_FILE
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.vocab_dict(), ensure_ascii=False), encoding="utf-8")
-        tmp.replace(path)
+        atomic_write_bytes(path, json.dumps(self.vocab_dict(), ensure_ascii=False).encode("utf-8"))
         return path
 
     def check_vocab(self, vocab_size: int, saved: dict | None = None, what: str = "the checkpoint") -> None:
@@ -232,30 +230,58 @@ def load_prepared(folder: Path) -> Corpus:
     return corpus
 
 
-class _PlainUnpickler(pickle.Unpickler):
-    """Admits no global at all: dicts, lists, tuples, strings, numbers and booleans are built by
-    pickle's own opcodes; anything naming a class or function (how a pickle runs code) is refused."""
-
-    def find_class(self, module, name):
-        raise DataError(f"refused to read: it names {module}.{name}, but a nanoGPT meta.pkl holds only plain "
-                        f"dicts, strings and numbers (a pickle naming a function can run any code that way). "
-                        f"Nothing was executed; run prepare.py again to rewrite it")
-
-
 def read_meta(path: Path) -> dict:
-    """nanoGPT's meta.pkl ({'vocab_size', 'itos', 'stoi'}) without running anything it carries."""
-    if path.stat().st_size > _MAX_META_BYTES:
-        raise DataError(f"{path} is {path.stat().st_size:,} bytes; a meta.pkl is a few kB. Not reading it")
+    """nanoGPT's meta.pkl ({'vocab_size', 'itos', 'stoi'}) without running anything it carries
+    (gptcore.io.nanogpt_meta's restricted unpickler), a DataError when it cannot be used."""
+    from gptcore.io.nanogpt_meta import MetaError, read_meta as read_plain
+
     try:
-        with open(path, "rb") as f:
-            meta = _PlainUnpickler(f).load()
-    except DataError as exc:
-        raise DataError(f"{path}: {exc}") from None
-    except Exception as exc:  # truncated or not a pickle: a damaged file, say so
-        raise DataError(f"{path} is not a readable meta.pkl ({type(exc).__name__}: {exc}); run prepare.py again") from None
-    if not isinstance(meta, dict):
-        raise DataError(f"{path} holds a {type(meta).__name__}, not nanoGPT's dict of vocab_size/itos/stoi")
-    return meta
+        return read_plain(path)
+    except MetaError as exc:
+        raise DataError(str(exc)) from None
+
+
+def nanogpt_dataset(corpus: Corpus, source, run_root, preset: str | None = None) -> str:
+    """What a checkpoint records as config['dataset'], nanoGPT's way, so that its sample.py finds
+    `data/<dataset>/meta.pkl`: a nanoGPT data folder's own name (sample.py run from the folder above
+    data/ finds it, as for nanoGPT's own runs); for a text (a file or the built-in corpus) the
+    absolute path of the prepared folder written into the run (`write_prepared`), which
+    os.path.join('data', ...) keeps as it is, so sample.py finds it from wherever it runs; a
+    preset's synthetic data has no folder and keeps its name."""
+    if preset is not None or (source is not None and Path(source).is_dir()):
+        return corpus.name
+    folder = write_prepared(corpus, Path(run_root) / "data" / prepared_name(corpus))
+    return str(folder.resolve()) if folder is not None else corpus.name
+
+
+def prepared_name(corpus: Corpus) -> str:
+    """A folder name for `corpus` in nanoGPT's style (shakespeare_char): its stem and tokenizer."""
+    stem = Path(corpus.name).stem if "." in corpus.name else corpus.name
+    slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in stem).strip("_") or "text"
+    return f"{slug}_{corpus.tokenizer}"
+
+
+def write_prepared(corpus: Corpus, folder: Path) -> Path | None:
+    """nanoGPT's prepared data folder for `corpus`, as shakespeare_char's prepare.py writes it:
+    train.bin and val.bin (uint16 ids, the same 90/10 split) and, char-level, meta.pkl
+    ({'vocab_size', 'itos', 'stoi'}); GPT-2 BPE data has no meta.pkl (sample.py then uses GPT-2's
+    encoding, as for openwebtext). Kept when already there (a resumed run). None when the ids do
+    not fit nanoGPT's uint16."""
+    if corpus.vocab_size > 65536 or corpus.tokenizer not in ("char", "gpt2"):
+        return None
+    if (folder / "train.bin").is_file() and (folder / "val.bin").is_file():
+        return folder
+    from gptcore.io.nanogpt_meta import write_meta
+
+    folder.mkdir(parents=True, exist_ok=True)
+    if corpus.tokenizer == "char":
+        write_meta(folder, corpus.chars)
+    for name, ids in (("val.bin", corpus.val), ("train.bin", corpus.train)):  # train.bin last: it marks done
+        path = folder / name
+        tmp = path.with_name(f".{name}.tmp")
+        np.asarray(ids, dtype=np.uint16).tofile(tmp)
+        tmp.replace(path)
+    return folder
 
 
 def read_saved_vocab(folder) -> dict | None:

@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import re
 import secrets
 from pathlib import Path
+
+from gptcore.io.atomic import atomic_path, atomic_write_bytes
 
 RUN_FORMAT = "gptcore-run"
 RUN_VERSION = 1
@@ -45,18 +46,6 @@ _STEP_FILE = re.compile(r"step_(\d+)\.safetensors$")
 
 class RunFolderError(ValueError):
     """A run folder that cannot be used as asked; the message says why and what to do."""
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a temporary file in the same folder and a rename."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def write_json(path: Path, value) -> None:
@@ -148,13 +137,9 @@ class RunFolder:
 
         path = self.step_weights(scheme, step)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        try:
+        with atomic_path(path) as tmp:
             save_file(unique_tensors(model), str(tmp), metadata={
                 "format": GPTCORE_STEP, "config": json.dumps(model.config.to_dict()), "step": str(step), "scheme": scheme})
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
         return path
 
     def steps(self, scheme: str) -> list[tuple[int, Path]]:
