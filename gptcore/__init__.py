@@ -41,6 +41,11 @@ _LAZY = {
     "patch_residual": "interp.patching",
     "patch_attn_mlp": "interp.patching",
     "head_census": "interp.probes.census",
+    "information_flow": "interp.flow",
+    "FlowContributions": "interp.flow",
+    "FlowError": "interp.flow",
+    "flow_graph": "interp.flow_graph",
+    "FlowGraph": "interp.flow_graph",
 }
 
 __all__ = ["ConfigError", "GPTConfig", "PRESETS", "ParamCount", "count_parameters", *_LAZY]

@@ -1,0 +1,233 @@
+"""Information-flow routes (Ferrando & Voita 2024, "Information Flow Routes"; Meta's LLM
+Transparency Tool): how much each part of a block's update shaped the vector it produced.
+
+At layer l, position i, the attention block writes resid_mid = resid_pre + Σ_{j,h} z[i,j,h] + b_O,
+with one part per source token j and head h:
+
+    z[i, j, h] = A^h[i, j] · (v^h_j W_O^h),   v^h_j = LN1(x_j) W_V^h + b_V^h
+
+(the value bias rides inside v, so it is counted once: Σ_j A^h[i, j] = 1; the output bias b_O is
+in the whole and in no part). The MLP block writes resid_post = resid_mid + mlp_out. A part's share
+of its whole is its proximity in L1, floored and normalised over the parts of that whole:
+
+    share(part) = max(‖whole‖₁ − ‖whole − part‖₁, 1e-5) / Σ_parts (same)
+
+Every (source, head) of the T × nh grid is a part, as in that tool: a source after the target (the
+causal mask) or a head whose output was replaced on this run (`gptcore.ablate`, or any hook that
+rewrites `attn.hook_z`) sits at the floor, its replacement counted in the whole like a bias.
+
+How it differs from activation patching (interp/patching.py): patching asks "what changes if this
+activation took its value from another prompt", one forward per cell and a contrastive prompt to
+write; routes ask "which parts is this vector made of", read from ONE forward of the prompt alone
+(the paper reports about 100x cheaper than patching). A large share is proximity, not proven
+cause: a part can be large yet cancelled downstream. `remove_edge_effect` (flow_effects.py) closes
+the gap for one edge by re-running the model without it.
+
+Read entirely from hook points (`hook_resid_pre`, `attn.hook_v`, `attn.hook_pattern`,
+`attn.hook_z`, `hook_resid_mid`, `hook_mlp_out`, `hook_resid_post`) and each attention's own value
+and output maps, so rotary positions, grouped-query attention (a value head shared by its group),
+RMSNorm and SwiGLU models need nothing special, and an ablation active on the model is reflected
+(the ablated head's shares at the floor, everything downstream recomputed).
+
+Memory: the T × T × nh × C parts are never held at once: each layer is done while the forward
+passes it, in query blocks of at most CHUNK_ELEMENTS elements (32 MiB in float32).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from gptcore.errors import UserError
+from gptcore.interp.targets import Ids, as_ids
+
+FLOOR = 1e-5  # the floor of a raw share, as the paper's tool has it
+CHUNK_ELEMENTS = 1 << 23  # the (rows, sources, nh, C) differences materialised at once
+
+
+class FlowError(UserError):
+    """Routes cannot be computed for this input; the message names the problem and the fix."""
+
+    title = "Routes not computable"
+
+
+@dataclass(frozen=True)
+class FlowContributions:
+    """Shares of every part in every block of one prompt (float32, numpy, on the CPU).
+
+    For each (layer, target i): attn[l, i].sum() + attn_residual[l, i] == 1, and
+    mlp[l, i] + mlp_residual[l, i] == 1."""
+
+    attn: np.ndarray  # (L, T, T, nh) [layer, target i, source j, head]
+    attn_residual: np.ndarray  # (L, T) the share of resid_pre in resid_mid
+    mlp: np.ndarray  # (L, T) the share of mlp_out in resid_post
+    mlp_residual: np.ndarray  # (L, T) the share of resid_mid in resid_post
+    tokens: np.ndarray  # (T,) int64 the prompt's token ids
+    replaced_heads: tuple[tuple[int, int], ...] = ()  # (layer, head) whose output a hook replaced (ablated)
+
+    @property
+    def n_layer(self) -> int:
+        return self.attn.shape[0]
+
+    @property
+    def n_tokens(self) -> int:
+        return self.attn.shape[1]
+
+    @property
+    def n_head(self) -> int:
+        return self.attn.shape[3]
+
+
+def check_flow_model(model) -> None:
+    """Routes need attention parts and a residual stream that is their sum (pre-LN GPT-2 layout)."""
+    cfg = model.config
+    if cfg.n_layer < 1:
+        raise FlowError("this model has 0 layers, so there are no attention or MLP parts to trace; "
+                        "load or build a model with at least one layer")
+    if getattr(cfg, "ln_placement", "pre") != "pre" or not getattr(cfg, "residual", True):
+        raise FlowError(f"routes need a pre-LN residual model (GPT-2's layout): with post-LN or no residual "
+                        f"a block's output is not the sum of its parts. This model has "
+                        f"ln_placement={cfg.ln_placement!r}, residual={cfg.residual}; use a pre-LN residual model")
+
+
+def check_prompt(model, ids: Ids) -> torch.Tensor:
+    """(1, T) ids with T >= 2 (one token has no other token to read from)."""
+    idx = as_ids(model, ids)  # (1, T)
+    if idx.shape[1] < 2:
+        raise FlowError("routes need a prompt of at least 2 tokens (with one token there is no other token "
+                        "to read from); type a longer prompt")
+    return idx
+
+
+def attention_shares(pattern: torch.Tensor, v: torch.Tensor, W_O: torch.Tensor, resid_pre: torch.Tensor,
+                     resid_mid: torch.Tensor, replaced: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One layer's attention shares, float32.
+
+    pattern (nh, T, T), v (T, nh, hs) (already one value head per query head), W_O (C, nh, hs),
+    resid_pre / resid_mid (T, C), replaced (nh,) bool -> ((T, T, nh) shares, (T,) residual share)."""
+    nh, T, _ = pattern.shape
+    C = W_O.shape[0]
+    u = torch.einsum("tnd,cnd->tnc", v, W_O)  # (T, nh, C) each source's value through each head's output map
+    whole_norm = resid_mid.abs().sum(-1)  # (T,)
+    raw = torch.full((T, T, nh), FLOOR, dtype=torch.float32, device=pattern.device)  # (T, T, nh)
+    rows = max(1, CHUNK_ELEMENTS // (T * nh * C))
+    for i0 in range(0, T, rows):
+        i1 = min(T, i0 + rows)
+        a = pattern[:, i0:i1, :i1].permute(1, 2, 0)  # (r, i1, nh) sources up to the block's last target
+        diff = torch.addcmul(resid_mid[i0:i1, None, None, :], a[..., None], u[None, :i1], value=-1.0)  # (r, i1, nh, C)
+        dist = torch.linalg.vector_norm(diff, ord=1, dim=-1)  # (r, i1, nh)
+        raw[i0:i1, :i1] = (whole_norm[i0:i1, None, None] - dist).clamp_min(FLOOR)
+    future = torch.ones(T, T, dtype=torch.bool, device=raw.device).triu(1)  # (T, T) source after target
+    raw[future] = FLOOR
+    raw[:, :, replaced] = FLOOR
+    resid_raw = (whole_norm - (resid_mid - resid_pre).abs().sum(-1)).clamp_min(FLOOR)  # (T,)
+    total = raw.sum(dim=(1, 2)) + resid_raw  # (T,)
+    return raw / total[:, None, None], resid_raw / total
+
+
+def two_part_shares(part: torch.Tensor, other: torch.Tensor, whole: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(T, C) each -> the two (T,) shares of `part` and `other` in `whole`."""
+    whole_norm = whole.abs().sum(-1)  # (T,)
+    a = (whole_norm - (whole - part).abs().sum(-1)).clamp_min(FLOOR)  # (T,)
+    b = (whole_norm - (whole - other).abs().sum(-1)).clamp_min(FLOOR)  # (T,)
+    return a / (a + b), b / (a + b)
+
+
+class _FlowTaps:
+    """Hooks that compute each layer's shares while the forward passes it, then drop its tensors.
+
+    attn.hook_z gets two hooks: one first in line (prepend) keeps z as the attention computed it,
+    one last compares, so a head whose output an ablation (or any hook) replaced is known exactly."""
+
+    def __init__(self, model, T: int):
+        cfg = model.config
+        self.model = model
+        self.group = cfg.n_head // cfg.kv_heads
+        L, nh = cfg.n_layer, cfg.n_head
+        self.attn = np.zeros((L, T, T, nh), dtype=np.float32)
+        self.attn_residual = np.zeros((L, T), dtype=np.float32)
+        self.mlp = np.zeros((L, T), dtype=np.float32)
+        self.mlp_residual = np.zeros((L, T), dtype=np.float32)
+        self.replaced = np.zeros((L, nh), dtype=bool)
+        self.seen: dict[tuple[int, str], torch.Tensor] = {}
+        self.handles = []
+
+    def attach(self) -> None:
+        hd = self.model.hook_dict
+        for l in range(self.model.config.n_layer):
+            keep = {"resid_pre": f"blocks.{l}.hook_resid_pre", "v": f"blocks.{l}.attn.hook_v",
+                    "pattern": f"blocks.{l}.attn.hook_pattern", "mlp_out": f"blocks.{l}.hook_mlp_out"}
+            for key, name in keep.items():
+                self.handles.append(hd[name].register_forward_hook(self._keeper(l, key)))
+            z = hd[f"blocks.{l}.attn.hook_z"]
+            self.handles.append(z.register_forward_hook(self._keeper(l, "z_raw", clone=True), prepend=True))
+            self.handles.append(z.register_forward_hook(self._z_final(l)))
+            self.handles.append(hd[f"blocks.{l}.hook_resid_mid"].register_forward_hook(self._attn_done(l)))
+            self.handles.append(hd[f"blocks.{l}.hook_resid_post"].register_forward_hook(self._mlp_done(l)))
+
+    def detach(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
+        self.seen.clear()
+
+    def _keeper(self, l: int, key: str, clone: bool = False):
+        def keep(_module, _inputs, out):
+            t = out[0].detach()
+            self.seen[l, key] = t.clone() if clone else t
+
+        return keep
+
+    def _z_final(self, l: int):
+        def compare(_module, _inputs, out):  # out (1, T, nh, hs)
+            raw = self.seen.pop((l, "z_raw"))  # (T, nh, hs)
+            self.replaced[l] = (raw != out[0]).any(dim=2).any(dim=0).cpu().numpy()  # (nh,)
+
+        return compare
+
+    def _attn_done(self, l: int):
+        def done(_module, _inputs, out):  # out (1, T, C)
+            attn = self.model.blocks[l].attn
+            C = out.shape[-1]
+            v = self.seen.pop((l, "v")).float().repeat_interleave(self.group, dim=1)  # (T, nh, hs)
+            W_O = attn.c_proj.weight.detach().float().view(C, attn.n_head, attn.head_dim)  # (C, nh, hs)
+            pattern = self.seen.pop((l, "pattern")).float()  # (nh, T, T)
+            mid = out[0].detach().float()  # (T, C)
+            self.seen[l, "mid"] = mid
+            replaced = torch.as_tensor(self.replaced[l], device=mid.device)
+            shares, resid = attention_shares(pattern, v, W_O, self.seen.pop((l, "resid_pre")).float(), mid, replaced)
+            self.attn[l] = shares.cpu().numpy()
+            self.attn_residual[l] = resid.cpu().numpy()
+
+        return done
+
+    def _mlp_done(self, l: int):
+        def done(_module, _inputs, out):  # out (1, T, C)
+            mid = self.seen.pop((l, "mid"))
+            m, r = two_part_shares(self.seen.pop((l, "mlp_out")).float(), mid, out[0].detach().float())
+            self.mlp[l] = m.cpu().numpy()
+            self.mlp_residual[l] = r.cpu().numpy()
+
+        return done
+
+
+@torch.no_grad()
+def information_flow(model, ids: Ids) -> FlowContributions:
+    """The shares of every attention part (source token × head), MLP and residual in every block
+    of `model` on the prompt `ids` (a list of ids or a (T,) / (1, T) tensor), from one forward.
+
+    Honours hooks active on the model (e.g. inside `gptcore.ablate(...)`). Raises FlowError (a
+    UserError) for a 0-layer or post-LN model and a prompt of fewer than 2 tokens."""
+    check_flow_model(model)
+    idx = check_prompt(model, ids)  # (1, T)
+    taps = _FlowTaps(model, idx.shape[1])
+    taps.attach()
+    try:
+        model(idx, logits=None)
+    finally:
+        taps.detach()
+    replaced = tuple((int(l), int(h)) for l, h in zip(*np.nonzero(taps.replaced)))
+    return FlowContributions(attn=taps.attn, attn_residual=taps.attn_residual, mlp=taps.mlp,
+                             mlp_residual=taps.mlp_residual, tokens=idx[0].cpu().numpy().astype(np.int64),
+                             replaced_heads=replaced)
