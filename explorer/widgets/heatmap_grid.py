@@ -30,7 +30,19 @@ from explorer.widgets.grid_parts import (ABLATED_COLOUR, GRID_COLORMAP, LOG_FLOO
 
 STATS = (("entropy", "entropy"), ("prev_token", "prev"), ("first_token", "first"), ("induction", "induct."))
 COMPACT_BELOW_PX = 620  # narrower than this, the side columns slim down
-COMPACT_TITLES = {"entropy": "H", "prev_token": "prev", "first_token": "1st"}  # H: entropy (the hover says so)
+STAT_PX = {False: 48, True: 28}  # a summary column's width, by compactness
+LENS_PX = {False: 140, True: 120}  # the lens column: a 5-character token and its probability, even compact
+
+
+def column_title(plot: pg.PlotItem, title: str, upright: bool) -> None:
+    """A summary column's title: across it when the column is wide; turned upright in a narrow
+    one, so that it stays the whole word (at 900 px the columns read 'H' and '1st')."""
+    plot.setTitle(title, size="8pt" if upright else "9pt")
+    label = plot.titleLabel
+    label.setAngle(-90 if upright else 0)
+    height = math.ceil(label.itemRect().height()) + 4 if upright else 30  # 30: pyqtgraph's title row
+    label.setMaximumHeight(height)
+    plot.layout.setRowFixedHeight(0, height)
 
 
 class HeatmapGrid(pg.GraphicsLayoutWidget):
@@ -107,9 +119,9 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
             self._plain(plot)
             plot.hideAxis("left")
             plot.hideAxis("bottom")
-            plot.setTitle(title, size="9pt")
+            column_title(plot, title, upright=False)
             plot.setYLink(self.plot)
-            plot.setFixedWidth(48)
+            plot.setFixedWidth(STAT_PX[False])
             plot.invertY(True)
             img = pg.ImageItem(axisOrder="row-major")
             img.setColorMap(pg.colormap.get(STATS_COLORMAP))
@@ -122,7 +134,7 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
         self.lens_plot.hideAxis("bottom")
         self.lens_plot.setTitle("logit lens", size="9pt")
         self.lens_plot.setYLink(self.plot)
-        self.lens_plot.setFixedWidth(140)
+        self.lens_plot.setFixedWidth(LENS_PX[False])
         self.lens_plot.invertY(True)
         self.lens_plot.setXRange(0, 1, padding=0.02)
         self.lens_bars = pg.BarGraphItem(x0=[], y=[], height=0.72, width=[], brush=QColor(34, 211, 238, 90),
@@ -194,7 +206,7 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
             self.lens_texts.append(item)
         chars = 7 if self._compact else 12
         metrics = QFontMetrics(QFont())
-        room = (100 if self._compact else 140) - 12  # the column's width less the text's offset and margins
+        room = LENS_PX[self._compact] - 12  # the column's width less the text's offset and margins
         for i, item in enumerate(self.lens_texts):
             if i < len(tokens):
                 label = visible_token(tokens[i])
@@ -228,9 +240,9 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
         self._compact = compact
         for key, title in STATS:
             plot = self.stat_plots[key]
-            plot.setFixedWidth(28 if compact else 48)
-            plot.setTitle(COMPACT_TITLES.get(key, title) if compact else title, size="8pt" if compact else "9pt")
-        self.lens_plot.setFixedWidth(100 if compact else 140)
+            plot.setFixedWidth(STAT_PX[compact])
+            column_title(plot, title, upright=compact)
+        self.lens_plot.setFixedWidth(LENS_PX[compact])
         self._set_lens(*self._lens)
 
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override

@@ -234,6 +234,49 @@ def test_the_attention_grid_draws_its_first_head_label(qtbot, gpt2_grid_window):
     assert _lines_apart([item.scenePos().y() for item in shown], line)
 
 
+def test_the_attention_columns_keep_whole_titles_and_lens_tokens_at_900_by_600(qtbot, gpt2_grid_window):
+    """Issue 27: at 900 px the summary columns were headed 'H' and '1st' and the logit-lens labels
+    read '…  0.0036%'. Narrow columns turn their whole-word titles upright, inside the column, and
+    each lens label keeps the token's first characters beside its probability."""
+    from explorer.widgets.heatmap_grid import STATS
+    from explorer.widgets.token_stream import visible_token
+
+    page = gpt2_grid_window.show_panel("attention")
+    page.set_prompt("When Mary and John went to the store, John gave a drink to")
+    qtbot.waitUntil(lambda: page.controller.result is not None, timeout=WAIT_MS)
+    qtbot.wait(100)
+    grid = page.view.grid
+
+    def titles():
+        out = {}
+        for key, _title in STATS:
+            plot, text = grid.stat_plots[key], grid.stat_plots[key].titleLabel.item
+            out[key] = (text.toPlainText(), text.mapRectToScene(text.boundingRect()), plot.sceneBoundingRect())
+        return out
+
+    assert grid.width() < 620  # the compact layout is the one under test
+    for key, title in STATS:
+        text, rect, column = titles()[key]
+        assert text == title  # 'entropy', not 'H'; 'first', not '1st'
+        assert rect.height() > rect.width()  # upright
+        assert column.left() - 1 <= rect.left() and rect.right() <= column.right() + 1
+    lens_tokens = [row[0] for row in page.controller.result.lens_tokens]
+    shown = [(i, item.toPlainText()) for i, item in enumerate(grid.lens_texts) if item.isVisible()]
+    assert shown
+    for i, text in shown:
+        token, prob = text.rsplit("  ", 1)
+        assert prob.endswith("%")
+        whole = visible_token(lens_tokens[i])
+        assert token == whole or (token.endswith("…") and len(token) >= min(5, len(whole)))
+        assert whole.startswith(token.rstrip("…"))
+    gpt2_grid_window.resize(1400, 900)  # room: the titles lie across again
+    qtbot.waitUntil(lambda: grid.width() >= 620, timeout=5000)
+    qtbot.wait(50)
+    for key, title in STATS:
+        text, rect, _column = titles()[key]
+        assert text == title and rect.width() > rect.height()
+
+
 def test_a_narrow_value_map_thins_its_column_labels(qtbot):
     """The Train panel's census maps (4 heads in ~60 px) read 'H0H1H2H3' at 1280×820."""
     import numpy as np
