@@ -129,7 +129,7 @@ class AttentionController(PanelController):
 
         def work(token, _progress):
             token.raise_if_cancelled()
-            return session.head_census()
+            return session.interp.census()
 
         def show(census) -> None:
             # It may arrive after the view closed (nothing waits for it): then there is nothing to draw.
@@ -142,7 +142,7 @@ class AttentionController(PanelController):
     def toggle_ablation(self, layer: int, head: int) -> None:
         """Shift+click: ablate (or restore) a head for every panel; the session announces it
         (AblationChanged) and every panel, this one included, follows."""
-        self.ctx.change_ablation(lambda session: session.toggle_head(layer, head), on_error=self._on_error)
+        self.ctx.change_ablation(lambda session: session.interp.toggle_head(layer, head), on_error=self._on_error)
 
     def on_model_changed(self, event) -> None:
         """The session holds a new model: forget the old picture's shape, clear it, recompute."""
@@ -158,7 +158,7 @@ class AttentionController(PanelController):
         capture_ms = result.forward_s * 1000
         self.live.set_debounce(int(min(self.debounce_ms, max(MIN_DEBOUNCE_MS, capture_ms / 2))))
         self.view.set_attention(result)
-        self.view.set_ablated(self.ctx.session.ablation.heads)
+        self.view.set_ablated(self.ctx.session.interp.ablation.heads)
         self._show_census()
         if result.n_tokens:
             if self.selected is None or self.selected[0] >= result.n_layer or self.selected[1] >= result.n_head:

@@ -110,7 +110,7 @@ class AttributionController(PanelController):
 
         def work(token, _progress):
             token.raise_if_cancelled()
-            return session.attribution(text, target, contrast)
+            return session.interp.attribution(text, target, contrast)
 
         self.panel.set_status("computing…")
         self.panel.set_message("")  # a new question: the last complaint no longer applies
@@ -139,7 +139,7 @@ class AttributionController(PanelController):
     # -- target and contrast -------------------------------------------------------------------
     def _resolve(self, text: str) -> int | None:
         try:
-            return self.session.resolve_token(text).id
+            return self.session.interp.resolve_token(text).id
         except ValueError as exc:
             self.panel.set_message(str(exc))
             return None
@@ -181,20 +181,20 @@ class AttributionController(PanelController):
 
         def work(session):
             if what == "head":
-                return session.toggle_head(args[0], args[1], mode)
+                return session.interp.toggle_head(args[0], args[1], mode)
             if what == "mlp":
-                return session.toggle_mlp(args[0], mode)
+                return session.interp.toggle_mlp(args[0], mode)
             if what == "mode":
-                state = session.ablation
-                return session.set_ablation(state.heads, state.mlps, args[0]) if state.active else state
-            return session.clear_ablation()
+                state = session.interp.ablation
+                return session.interp.set_ablation(state.heads, state.mlps, args[0]) if state.active else state
+            return session.interp.clear_ablation()
 
         # The session announces the change (AblationChanged): every panel, this one included, follows.
         self.ctx.change_ablation(work, on_error=lambda exc: (self._show_error("Ablation failed", exc),
                                                              self._show_ablation()))
 
     def _show_ablation(self) -> None:
-        state = self.session.ablation
+        state = self.session.interp.ablation
         self.panel.set_ablation(state.heads, state.mlps, state.text(), state.mode)
 
     # -- patching ------------------------------------------------------------------------------
@@ -208,7 +208,7 @@ class AttributionController(PanelController):
         contrast = result.contrast.id if result.contrast is not None else None
 
         def work(token, progress):
-            return session.patching(clean_text, corrupt_text, target, contrast, progress=progress, cancel=token)
+            return session.interp.patching(clean_text, corrupt_text, target, contrast, progress=progress, cancel=token)
 
         self.panel.set_running(True)
         self.panel.set_patch_message("patching…")
@@ -245,7 +245,7 @@ class AttributionController(PanelController):
 
         def work(token, _progress):
             token.raise_if_cancelled()
-            return session.patched_distribution(r.clean_text, r.corrupt_text, kind, layer, index)
+            return session.interp.patched_distribution(r.clean_text, r.corrupt_text, kind, layer, index)
 
         self.submit(KEYS["cell"], work, on_result=self.panel.set_patched_distribution,
                     on_error=lambda exc: self._show_error("Patched distribution failed", exc, patching=True))
@@ -258,7 +258,7 @@ class AttributionController(PanelController):
 
         def work(token, _progress):
             token.raise_if_cancelled()
-            return session.head_census()
+            return session.interp.census()
 
         self.submit(KEYS["census"], work, on_result=self._on_census,
                     on_error=lambda exc: self._show_error("Head census failed", exc))
@@ -267,7 +267,7 @@ class AttributionController(PanelController):
         if not shiboken6.isValid(self.panel):
             return  # the view closed while it was computed
         self.census = census
-        self.panel.set_census(census.rows(), self.session.ablation.heads)
+        self.panel.set_census(census.rows(), self.session.interp.ablation.heads)
         self.censusDrawn.emit(census)
 
     # -- model swaps and ablation changes ---------------------------------------------------------
@@ -297,7 +297,7 @@ class AttributionController(PanelController):
     def export_meta(self, key: str) -> dict:
         """What a CSV of view `key` was computed from: the model, the ablation in force, and
         (except the census, which needs neither) the prompt, target and contrast."""
-        info, state = self.session.info, self.session.ablation
+        info, state = self.session.info, self.session.interp.ablation
         parts = [f"L{layer}H{head}" for layer, head in sorted(state.heads)] + [f"L{m} MLP" for m in sorted(state.mlps)]
         meta = {"model": f"{info.name} ({info.status_word})",
                 "ablation": f"{', '.join(parts)} ({state.mode} ablation)" if parts else "none"}

@@ -112,39 +112,6 @@ class Session:
             raise RuntimeError("no model is loaded yet; wait for loading to finish or open one from the File menu")
         return self.model
 
-    # -- interpretability: the domain in explorer/session/interp.py; these forward to it -----------
-    @property
-    def ablation(self) -> AblationState:
-        return self.interp.ablation
-
-    def set_ablation(self, heads=(), mlps=(), mode: str = "zero") -> AblationState:
-        return self.interp.set_ablation(heads, mlps, mode)
-
-    def clear_ablation(self) -> AblationState:
-        return self.interp.clear_ablation()
-
-    def toggle_head(self, layer: int, head: int, mode: str | None = None) -> AblationState:
-        return self.interp.toggle_head(layer, head, mode)
-
-    def toggle_mlp(self, layer: int, mode: str | None = None) -> AblationState:
-        return self.interp.toggle_mlp(layer, mode)
-
-    def resolve_token(self, text: str):
-        return self.interp.resolve_token(text)
-
-    def attribution(self, text: str, target: int | None = None, contrast="auto"):
-        return self.interp.attribution(text, target, contrast)
-
-    def patching(self, clean_text: str, corrupt_text: str, target: int, contrast, progress=None, cancel=None):
-        return self.interp.patching(clean_text, corrupt_text, target, contrast, progress=progress, cancel=cancel)
-
-    def patched_distribution(self, clean_text: str, corrupt_text: str, kind: str, layer: int, index: int,
-                             rows: int = 10):
-        return self.interp.patched_distribution(clean_text, corrupt_text, kind, layer, index, rows)
-
-    def head_census(self):
-        return self.interp.head_census()
-
     @property
     def has_model(self) -> bool:
         return self.model is not None
@@ -202,9 +169,7 @@ class Session:
                 self.interp.forget_model()  # its ablation named the old model's heads
                 self.model, self.info, self._device = model, info, model.device
                 self._tokenizer = tokenizer  # None: GPT-2's, made on first use
-                self.version += 1
-                version = self.version
-                self.attention.forget()  # holds the old model and its keys/values
+                version = self.bump_version()
         finally:
             self.swap_pending.clear()
         del old
@@ -271,13 +236,20 @@ class Session:
         report(steps, steps, "done")
         return info
 
+    def bump_version(self) -> int:
+        """The one place the version moves on (call it holding `lock`, then announce the change
+        with the version it returns): every result computed so far is stale, so the domains drop
+        what they kept for the old state (the attention prompt state, the head census)."""
+        self.version += 1
+        self.attention.forget()  # holds the model's keys/values of the last prompt
+        self.interp.forget_results()
+        return self.version
+
     def settings_changed(self, what: str) -> int:
         """A setting every computation depends on changed (`what` names it for the views):
         every result so far is stale. Returns the new version."""
         with self.lock:
-            self.version += 1
-            version = self.version
-            self.attention.forget()
+            version = self.bump_version()
         self.events.send(SettingsChanged(what=what, version=version))
         return version
 
@@ -301,10 +273,7 @@ class Session:
             model.eval()
             if name is not None:
                 self.info = dataclasses.replace(self.info, name=name)
-            self.interp.forget_results()
-            self.attention.forget()
-            self.version += 1
-            version = self.version
+            version = self.bump_version()
         self.events.send(TrainingStepShown(step=int(step), version=version))
         return version
 

@@ -1,17 +1,18 @@
 """The session's "why" domain: ablation as session state, direct logit attribution,
 activation patching and the head census. No Qt here.
 
-It takes the session core explicitly (`Interpretability(core)`, made by `Session`) and uses
-only what the core offers every domain: `lock`, `model`, `version`, `events`, `swap_pending`,
-`require_model()`, `encode`, `token_strings`, `check_token_ids`. The core tells it when its
-model goes (`forget_model`, under the core's lock) or its weights move (`forget_results`).
+It takes the session core explicitly (`Interpretability(core)`, made by `Session`; callers reach
+it as `session.interp`) and uses only what the core offers every domain: `lock`, `model`,
+`version`, `bump_version()`, `events`, `swap_pending`, `require_model()`, `encode`,
+`token_strings`, `check_token_ids`. The core tells it when its model goes (`forget_model`, under
+the core's lock) or its version moves on (`forget_results`).
 
 Ablation is state, not a per-call option: the hooks that knock components out are attached
 to the loaded model itself while an ablation is set, so every computation of every panel
 (attention capture, the generation pane's distribution and sampled text, DLA, patching)
 runs the ablated model without each method having to remember it. Setting or clearing it
-bumps `version`, the same counter a model swap bumps, so every cached result is stale at
-once, and announces `AblationChanged`; a model swap clears it (the new model has its own
+moves the version on (the core's `bump_version`, as a model swap does), so every cached result
+is stale at once, and announces `AblationChanged`; a model swap clears it (the new model has its own
 heads, and `ModelSwapped` says so).
 """
 from __future__ import annotations
@@ -53,7 +54,8 @@ class Interpretability:
         self._census = None
 
     def forget_results(self) -> None:
-        """Same model, other weights (a training step shown): the census is stale; the ablation stays."""
+        """The version moved on (other weights, another ablation, a setting): the census is stale;
+        the ablation stays."""
         self._census = None
 
     # -- ablation ------------------------------------------------------------------------
@@ -86,9 +88,7 @@ class Interpretability:
             hooks = ablation_hooks(model, spec, reference)
             self._ablation_handles = [model.hook_dict[name].add_hook(fn) for name, fn in hooks]
             self._ablation = AblationState(spec.heads, spec.mlps, mode)
-            self._census = None
-            self.core.version += 1
-            event = AblationChanged(before=before, after=self._ablation, version=self.core.version)
+            event = AblationChanged(before=before, after=self._ablation, version=self.core.bump_version())
         self.core.events.send(event)
         return event.after
 
@@ -246,7 +246,7 @@ class Interpretability:
                                    version=version)
 
     # -- head census -------------------------------------------------------------------------
-    def head_census(self) -> HeadCensusResult:
+    def census(self) -> HeadCensusResult:
         """Every head's census scores for the loaded (and ablated) model; cached per version."""
         from gptcore.interp.probes.census import head_census
 

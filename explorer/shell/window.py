@@ -246,8 +246,8 @@ class MainWindow(ModelLoading, QMainWindow):
 
     def reset_ablation(self) -> None:
         """The status bar's Reset: the model without ablation, for every panel."""
-        if self.session is not None and self.session.ablation.active:
-            self.ctx.change_ablation(lambda session: session.clear_ablation(), on_error=lambda exc: self.ctx.report_error(
+        if self.session is not None and self.session.interp.ablation.active:
+            self.ctx.change_ablation(lambda session: session.interp.clear_ablation(), on_error=lambda exc: self.ctx.report_error(
                 exc, "Reset ablation failed", inline=False))
 
     def _show_session(self) -> None:
@@ -265,7 +265,7 @@ class MainWindow(ModelLoading, QMainWindow):
             return
         info, has_model = self.session.info, self.session.has_model
         self.status_bar.show_model(info, has_model)
-        self.status_bar.show_ablation(self.session.ablation.text())  # a swap clears it
+        self.status_bar.show_ablation(self.session.interp.ablation.text())  # a swap clears it
         self._update_memory()
         self.banner.show_for(info, has_model)
         self.setWindowTitle(f"GPT Explorer — {info.name}" if has_model else "GPT Explorer")

@@ -82,7 +82,7 @@ def test_clicking_a_head_ablates_it_for_every_panel_and_reset_restores(qtbot, vi
     v0, before = session.version, view.controller.result
     with qtbot.waitSignal(view.controller.drawn, timeout=WAIT):
         view.view.heads.cellClicked.emit(1, 2)
-    assert session.ablation.heads == ((1, 2),) and session.version == v0 + 1
+    assert session.interp.ablation.heads == ((1, 2),) and session.version == v0 + 1
     after = view.controller.result
     assert after.heads[1, 2] == 0.0 and after.total != pytest.approx(before.total, abs=1e-6)
     assert view.view.ablation_label.text() == "1 head ablated" and view.view.reset_button.isEnabled()
@@ -90,7 +90,7 @@ def test_clicking_a_head_ablates_it_for_every_panel_and_reset_restores(qtbot, vi
     assert list(zip(marks[1], marks[0])) == [(1.5, 2.5)]
     with qtbot.waitSignal(view.controller.drawn, timeout=WAIT):
         view.view.heads.cellClicked.emit(0, 4)  # the MLP column
-    assert session.ablation.mlps == (0,)
+    assert session.interp.ablation.mlps == (0,)
     qtbot.waitUntil(lambda: view.view.census.item(0, 6) is not None, timeout=WAIT)
     census = view.view.census
     qtbot.waitUntil(lambda: any(census.head_at(r) == (1, 2) and census.item(r, 6).text() == "ablated"
@@ -101,16 +101,16 @@ def test_clicking_a_head_ablates_it_for_every_panel_and_reset_restores(qtbot, vi
     assert [(r[0], r[1]) for r in rows[1:] if r[7] == "yes"] == [("1", "2")]
     with qtbot.waitSignal(view.controller.drawn, timeout=WAIT):
         view.view.reset_button.click()
-    assert not session.ablation.active and view.view.ablation_label.text() == "nothing ablated"
+    assert not session.interp.ablation.active and view.view.ablation_label.text() == "nothing ablated"
     assert view.controller.result.total == pytest.approx(before.total, abs=1e-6)
 
 
 def test_ablating_every_head_is_refused_with_a_message(qtbot, view, panel_context):
     session = panel_context.session
-    session.set_ablation([(l, h) for l in range(2) for h in range(4) if (l, h) != (1, 3)])  # the panel follows
+    session.interp.set_ablation([(l, h) for l in range(2) for h in range(4) if (l, h) != (1, 3)])  # the panel follows
     view.view.heads.cellClicked.emit(1, 3)
     qtbot.waitUntil(lambda: "all 8 heads" in view.view.message.text(), timeout=WAIT)
-    assert len(session.ablation.heads) == 7
+    assert len(session.interp.ablation.heads) == 7
 
 
 def test_patching_runs_with_progress_and_a_cell_shows_its_distribution(qtbot, view):
@@ -141,7 +141,7 @@ def test_patching_prompts_of_different_lengths(qtbot, view):
 
 def test_cancel_stops_patching_cleanly(qtbot, view, panel_context):
     c = view.controller
-    panel_context.session.patching = _slow_patching(panel_context.session.patching)
+    panel_context.session.interp.patching = _slow_patching(panel_context.session.interp.patching)
     view.view.run_button.click()
     qtbot.waitUntil(lambda: view.view.progress.value() > 0, timeout=WAIT)
     view.view.cancel_button.click()
@@ -150,7 +150,7 @@ def test_cancel_stops_patching_cleanly(qtbot, view, panel_context):
 
 
 def _slow_patching(real):
-    """The real session.patching, slowed at each progress report so Cancel lands mid-run."""
+    """The real session.interp.patching, slowed at each progress report so Cancel lands mid-run."""
     import time
 
     def patching(*args, progress=None, cancel=None):
@@ -234,7 +234,7 @@ def test_shift_click_in_the_attention_grid_ablates_a_head_and_marks_it(qtbot, pa
     centre = grid.plot.vb.mapViewToScene(QPointF(2.5, 0.5))  # head 2 of layer 0
     with qtbot.waitSignal(view.controller.drawn, timeout=WAIT):
         grid._on_click(Click(centre))
-    assert session.ablation.heads == ((0, 2),) and grid.ablated == ((0, 2),)
+    assert session.interp.ablation.heads == ((0, 2),) and grid.ablated == ((0, 2),)
     after = view.controller.result.thumbnails
     np.testing.assert_allclose(after[0], before[0], atol=1e-6)  # layer 0's patterns do not depend on its own output
     assert np.abs(after[1] - before[1]).max() > 1e-6  # layer 1 reads the ablated head's absence
@@ -248,17 +248,17 @@ def test_the_attention_grid_shows_the_census_induction_column(qtbot, panel_conte
     qtbot.addWidget(view)
     with qtbot.waitSignal(view.controller.drawn, timeout=WAIT):
         pass
-    census = panel_context.session.head_census()
+    census = panel_context.session.interp.census()
     qtbot.waitUntil(lambda: view.view.grid._census is not None, timeout=WAIT)
     np.testing.assert_array_equal(view.view.grid.stat_images["induction"].image, census.induction.astype(np.float32))
 
 
 def test_a_model_swap_clears_the_panel_and_redraws_for_the_new_model(qtbot, view, panel_context):
     session = panel_context.session
-    session.set_ablation([(0, 1)])
+    session.interp.set_ablation([(0, 1)])
     with qtbot.waitSignal(view.controller.drawn, timeout=WAIT):
         session.build(dict(n_layer=3, n_head=2, n_embd=32, block_size=64), seed=0)  # the panel follows
-    assert view.view.heads.values.shape == (3, 3) and not session.ablation.active
+    assert view.view.heads.values.shape == (3, 3) and not session.interp.ablation.active
     assert view.view.ablation_label.text() == "nothing ablated"
     qtbot.waitUntil(lambda: view.view.census.rowCount() == 6, timeout=WAIT)
 

@@ -28,14 +28,14 @@ def test_ablation_shows_in_the_status_bar_and_reset_restores_every_panel(qtbot, 
     for layer, head in ((0, 1), (1, 2), (1, 3)):
         with qtbot.waitSignal(attribution.controller.drawn, timeout=WAIT):
             attribution.view.heads.cellClicked.emit(layer, head)
-    assert tiny_session.ablation.heads == ((0, 1), (1, 2), (1, 3))
+    assert tiny_session.interp.ablation.heads == ((0, 1), (1, 2), (1, 3))
     assert label.isVisible() and label.text().startswith("3 heads ablated · ") and "Reset" in label.text()
     qtbot.waitUntil(lambda: attention.controller.result is not None
                     and attention.controller.result.version == tiny_session.version, timeout=WAIT)
     assert attention.view.grid.ablated == ((0, 1), (1, 2), (1, 3))
     with qtbot.waitSignal(attribution.controller.drawn, timeout=WAIT):
         label.linkActivated.emit("reset")
-    assert not tiny_session.ablation.active and not label.isVisible()
+    assert not tiny_session.interp.ablation.active and not label.isVisible()
     qtbot.waitUntil(lambda: attention.controller.result is not None
                     and attention.controller.result.version == tiny_session.version, timeout=WAIT)
     assert attention.view.grid.ablated == ()

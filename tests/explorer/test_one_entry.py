@@ -32,12 +32,12 @@ def test_every_ablation_change_goes_through_the_one_entry_point(qtbot, window, m
     attention = window.show_panel("attention")
     qtbot.waitUntil(lambda: attention.controller.result is not None, timeout=WAIT_MS)
     attention.controller.toggle_ablation(0, 1)
-    qtbot.waitUntil(lambda: window.session.ablation.heads == ((0, 1),), timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: window.session.interp.ablation.heads == ((0, 1),), timeout=WAIT_MS)
     attribution = window.show_panel("attribution")
     attribution.view.heads.cellClicked.emit(1, 2)
-    qtbot.waitUntil(lambda: window.session.ablation.heads == ((0, 1), (1, 2)), timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: window.session.interp.ablation.heads == ((0, 1), (1, 2)), timeout=WAIT_MS)
     window.status_bar.ablation_label.linkActivated.emit("reset")
-    qtbot.waitUntil(lambda: not window.session.ablation.active, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: not window.session.interp.ablation.active, timeout=WAIT_MS)
     assert len(calls) == 3
     qtbot.waitUntil(lambda: not window.runner.busy, timeout=WAIT_MS)
 

@@ -237,7 +237,7 @@ def test_config_shows_the_new_models_config_after_a_change(qtbot, window):
 
 def test_generation_text_after_a_settings_change_is_marked_without_blaming_the_model(qtbot, window):
     pane = _generated(qtbot, window, 3)
-    window.session.set_ablation([(0, 0)])  # announced as AblationChanged: every panel follows
+    window.session.interp.set_ablation([(0, 0)])  # announced as AblationChanged: every panel follows
     status = pane.view.stream_status.text()
     assert "written before the ablation changed (now 1 head ablated)" in status, status
     assert "previous model" not in status and "model changed" not in status, status

@@ -30,8 +30,8 @@ def test_a_build_says_what_replaced_what():
 def test_an_ablation_is_not_a_model_swap_and_says_what_changed():
     session = Session.tiny()
     events = _recording(session)
-    session.set_ablation([(0, 1), (1, 2)])
-    session.clear_ablation()
+    session.interp.set_ablation([(0, 1), (1, 2)])
+    session.interp.clear_ablation()
     assert [type(e) for e in events] == [AblationChanged, AblationChanged]
     assert events[0].after.heads == ((0, 1), (1, 2)) and not events[0].before.active
     assert events[0].reason == "out of date: the ablation changed (now 2 heads ablated)"
@@ -61,8 +61,8 @@ def test_a_failing_listener_neither_undoes_the_change_nor_silences_the_others():
 
     session.events.subscribe(broken)
     events = _recording(session)
-    session.set_ablation([(0, 0)])
-    assert session.ablation.heads == ((0, 0),) and len(events) == 1
+    session.interp.set_ablation([(0, 0)])
+    assert session.interp.ablation.heads == ((0, 0),) and len(events) == 1
 
 
 def test_unsubscribed_listeners_hear_nothing():
@@ -70,7 +70,7 @@ def test_unsubscribed_listeners_hear_nothing():
     events = []
     stop = session.events.subscribe(events.append)
     stop()
-    session.set_ablation([(0, 0)])
+    session.interp.set_ablation([(0, 0)])
     assert events == []
 
 
@@ -78,10 +78,10 @@ def test_the_window_follows_an_ablation_set_on_the_session_alone(qtbot, window):
     """No window method is called: the status bar and a built panel follow the event."""
     page = window.show_panel("attribution")
     qtbot.waitUntil(lambda: page.is_ready, timeout=30000)
-    window.session.set_ablation([(1, 3)])
+    window.session.interp.set_ablation([(1, 3)])
     assert not window.status_bar.ablation_label.isHidden()
     assert window.status_bar.ablation_label.text().startswith("1 head ablated")
     assert page.view.ablation_label.text().startswith("1 head ablated")
-    window.session.clear_ablation()
+    window.session.interp.clear_ablation()
     assert window.status_bar.ablation_label.isHidden()
     qtbot.waitUntil(lambda: not window.runner.busy, timeout=30000)

@@ -182,7 +182,7 @@ def test_every_panel_shows_only_current_state_through_swaps_ablation_and_setting
         if name == "generation":  # a text of this model, for the next swap to relabel
             _show_generation(qtbot, window, page)
 
-    session.set_ablation([(0, 1)])
+    session.interp.set_ablation([(0, 1)])
     _after_ablation(window, page, name)
     _after_ablation_settled(qtbot, window, page, name)
 
