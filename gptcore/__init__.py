@@ -46,6 +46,9 @@ _LAZY = {
     "FlowError": "interp.flow",
     "flow_graph": "interp.flow_graph",
     "FlowGraph": "interp.flow_graph",
+    "remove_edge_effect": "interp.flow_effects",
+    "block_logit_effect": "interp.flow_effects",
+    "BlockLogitEffect": "interp.flow_effects",
 }
 
 __all__ = ["ConfigError", "GPTConfig", "PRESETS", "ParamCount", "count_parameters", *_LAZY]

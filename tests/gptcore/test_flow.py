@@ -190,3 +190,58 @@ def test_ablated_head_sits_at_the_floor_and_downstream_is_recomputed(tmp_path):
     assert clean.attn[1, :, :, 2].max() > 0.05  # ... where it was not before
     np.testing.assert_allclose(ablated.attn[0], clean.attn[0], atol=1e-6)  # upstream unchanged
     assert np.abs(ablated.attn[2] - clean.attn[2]).max() > 1e-3  # downstream recomputed
+
+
+LLAMA = dict(pos_embedding="rope", norm="rmsnorm", mlp="swiglu", n_kv_head=2, bias=False)
+
+
+def llama_style(seed=0):
+    cfg = GPTConfig(vocab_size=97, block_size=32, n_layer=3, n_head=4, n_embd=32, **LLAMA)
+    model = GPT(cfg, seed=seed).eval()
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # away from the init's small values, so heads differ
+        for p in model.parameters():
+            p.add_(0.15 * torch.randn(p.shape, generator=gen))
+    return model
+
+
+@torch.no_grad()
+def test_llama_style_model_equals_a_loop_over_single_parts():
+    """Rotary, grouped-query (head h reads value head h // 2), RMSNorm, SwiGLU: each part built alone
+    from the model's own hook points and its share written out, one part at a time."""
+    model = llama_style()
+    flow = information_flow(model, IDS)
+    np.testing.assert_allclose(flow.attn.sum(axis=(2, 3)) + flow.attn_residual, 1.0, atol=1e-5)
+    np.testing.assert_allclose(flow.mlp + flow.mlp_residual, 1.0, atol=1e-6)
+    names = [f"blocks.{l}.{n}" for l in range(3) for n in
+             ("hook_resid_pre", "attn.hook_v", "attn.hook_pattern", "hook_resid_mid")]
+    _, cache = model.run_with_cache(torch.tensor([IDS]), names_filter=names, logits=None)
+    T, nh, hs = len(IDS), 4, 8
+    for l in range(3):
+        W_O = model.blocks[l].attn.c_proj.weight.double()  # (C, C) nn.Linear: (out, in)
+        A = cache[f"blocks.{l}.attn.hook_pattern"][0].double()  # (nh, T, T)
+        v = cache[f"blocks.{l}.attn.hook_v"][0].double()  # (T, nkv, hs)
+        pre, mid = (cache[f"blocks.{l}.hook_{n}"][0].double() for n in ("resid_pre", "resid_mid"))
+        for i in (1, 6, T - 1):
+            whole = mid[i]
+            raw = np.zeros((T, nh))
+            for j in range(T):
+                for h in range(nh):
+                    part = A[h, i, j] * (W_O[:, h * hs:(h + 1) * hs] @ v[j, h // 2])  # (C,)
+                    raw[j, h] = max(float(whole.abs().sum() - (whole - part).abs().sum()), FLOOR)
+            res = max(float(whole.abs().sum() - (whole - pre[i]).abs().sum()), FLOOR)
+            total = raw.sum() + res
+            np.testing.assert_allclose(flow.attn[l, i], raw / total, atol=1e-5)
+            assert flow.attn_residual[l, i] == pytest.approx(res / total, abs=1e-5)
+    assert flow.attn.max() > 0.05
+
+
+def test_query_blocks_give_the_same_shares(tmp_path, monkeypatch):
+    from gptcore.interp import flow as flow_module
+
+    model = llama_style()
+    whole = information_flow(model, IDS)
+    monkeypatch.setattr(flow_module, "CHUNK_ELEMENTS", 1)  # one target row per block
+    blocked = information_flow(model, IDS)
+    np.testing.assert_allclose(blocked.attn, whole.attn, atol=1e-7)
+    np.testing.assert_allclose(blocked.attn_residual, whole.attn_residual, atol=1e-7)
