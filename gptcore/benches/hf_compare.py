@@ -8,7 +8,8 @@ One run, the same random GPT-2-small weights and the same prompts on both sides:
   attention with output_attentions + output_hidden_states. Target ratio <= 0.6.
 - decode: greedy tokens/s for 128 new tokens with a KV cache, our streaming `generate`
   (which also reports each step's probability and alternatives) vs HF `generate`.
-  Target ratio (ours / HF tokens per second) >= 1.0.
+  Target ratio (ours / HF tokens per second) >= 1.1 (issue 28); also as achieved GB/s and as a
+  fraction of the floor this machine's measured bandwidth sets (benches/hardware.py).
 - load: our `load(folder)` vs `GPT2LMHeadModel.from_pretrained(folder)` on a GPT-2-small
   folder written here with `save_pretrained`. Target ratio <= 1.0.
 - recount: `count_parameters` on gpt2-xl (config built and validated too), in ms,
@@ -37,6 +38,7 @@ import torch
 
 from gptcore.model.config import GPTConfig
 from gptcore.model.params import count_parameters
+from gptcore.benches import hardware
 from gptcore.benches import patching as bench_patching
 from gptcore.benches import smollm2 as bench_smollm2
 from gptcore.benches.patching import TARGETS as PATCHING_TARGETS
@@ -45,7 +47,7 @@ from gptcore.benches.timing import cpu_name, timed, timed_pair
 
 GPT2_SMALL = dict(vocab_size=50257, n_positions=1024, n_layer=12, n_head=12, n_embd=768)
 TINY = dict(vocab_size=1000, n_positions=128, n_layer=2, n_head=4, n_embd=64)
-TARGETS = {"forward_capture": ("<=", 0.6), "decode": (">=", 1.0), "load": ("<=", 1.0), "recount": ("<=", 5.0),
+TARGETS = {"forward_capture": ("<=", 0.6), "decode": (">=", 1.1), "load": ("<=", 1.0), "recount": ("<=", 5.0),
            **PATCHING_TARGETS, **SMOLLM2_TARGETS}
 
 
@@ -185,7 +187,7 @@ def run_bench(quick: bool = False, device: torch.device | None = None, progress=
     say = progress or (lambda message: None)
     result = dict(device=str(device), cpu=cpu_name(), torch_threads=torch.get_num_threads(), torch_version=torch.__version__,
                   transformers_version=transformers.__version__, quick=quick, shape=dict(plan.shape),
-                  runs=plan.runs, decode_runs=plan.decode_runs, warmup=1)
+                  runs=plan.runs, decode_runs=plan.decode_runs, warmup=1, **hardware.cpu_features())
     say(f"building {'a tiny model' if quick else 'GPT-2 small'} (random weights) on {device}")
     _, hf, ours = _hf_pair(plan.shape, device)
     g = torch.Generator().manual_seed(1)
@@ -197,6 +199,9 @@ def run_bench(quick: bool = False, device: torch.device | None = None, progress=
                                                    timed_pair))
     say("decode")
     result.update(bench_decode(hf, ours, ids[:, :plan.prompt_tokens], plan, device))
+    say("memory bandwidth (copy, gemv) and decode against its floor")
+    result.update(hardware.measure_bandwidth(device, **({} if not quick else hardware.QUICK_SIZES)))
+    result.update(hardware.decode_vs_floor("decode", ours, result["decode_tok_s_ours"], result["bandwidth_gemv_gb_s"]))
     del ours
     say("load")
     result.update(bench_load(hf, plan, device))
@@ -232,6 +237,7 @@ def format_table(r: dict) -> str:
         f"{shape['n_layer']} layers, width {shape['n_embd']}, vocab {shape['vocab_size']}; random weights",
         f"device {r['device']} ({r.get('cpu', 'CPU not recorded')}), {r['torch_threads']} torch threads, torch {r['torch_version']}, "
         f"transformers {r['transformers_version']}; median of {r['runs']} runs ({r['decode_runs']} for decode), ours and HF interleaved, after 1 warm-up",
+        hardware.flags_line(r),
         "",
         f"{'name':<16}{'ours':>14}{'reference':>14}{'ratio':>9}   target",
     ]
@@ -251,6 +257,7 @@ def format_table(r: dict) -> str:
         f"recount: reference = build GPT2LMHeadModel(gpt2-xl) on the meta device and sum numel; "
         f"totals {r['recount_total_ours']:,} vs {r['recount_total_ref']:,}",
     ]
+    lines += hardware.table_notes(r)
     lines += bench_patching.table_notes(r)
     if "smollm2_load_ratio" in r:
         lines += bench_smollm2.table_notes(r)
