@@ -49,6 +49,7 @@ PANELS: list[PanelSpec] = [
     PanelSpec("generation", "Generation", "Ctrl+4", "generation:GenerationController"),
     PanelSpec("attribution", "Attribution", "Ctrl+5", "attribution:AttributionController"),
     PanelSpec("train", "Train", "Ctrl+6", "train:TrainController", needs_model=False),
+    PanelSpec("routes", "Routes", "Ctrl+7", "routes:RoutesController"),
 ]
 
 

@@ -1,0 +1,250 @@
+"""Routes controller: prompt edits -> information-flow contributions in a worker -> the graph.
+
+- Live while typing: debounce + one run in flight (controllers/live.py), submitted through
+  PanelController.submit (the one stale rule: a result for a model, ablation or step no longer
+  shown is dropped by the runner).
+- The contributions of the last prompt are kept; the threshold and the chosen position re-draw
+  through `session.routes.graph` (gptcore.flow_graph, no forward) on the GUI thread.
+- Bad input (one token, a 0-layer model, a position past the prompt, a threshold outside (0, 1))
+  is said in the panel; the last good graph stays.
+- It follows the session's events like every panel: a model swap clears, an ablation or a
+  training step shown (the Train panel's scrubber) marks the graph out of date and recomputes.
+"""
+from __future__ import annotations
+
+import logging
+import re
+
+import numpy as np
+from PySide6.QtCore import QObject, Signal
+
+from explorer.controllers.base import PanelController
+from explorer.controllers.live import LiveRequest
+from explorer.session.events import ModelSwapped, TrainingStepShown
+from explorer.views.routes.panel import RoutesPanel
+
+log = logging.getLogger("explorer.routes")
+
+DEBOUNCE_MS = 80
+TASK_KEY = "routes"
+DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
+
+
+class RoutesController(PanelController):
+    """Connects a RoutesPanel to ctx.session.routes through ctx.runner (see module docstring)."""
+
+    drawn = Signal(object)  # the RouteGraph just drawn (tests and the bench record every frame)
+    view_class = RoutesPanel
+    task_keys = (TASK_KEY, "routes-node", "routes-edge", "routes-rank", "routes-training")
+
+    def __init__(self, ctx, view: RoutesPanel, parent: QObject | None = None, debounce_ms: int = DEBOUNCE_MS):
+        super().__init__(ctx, view, parent)
+        panel = view
+        self.result = None  # the RoutesResult whose graph is on screen
+        self.graph = None  # the RouteGraph on screen
+        self.computed = 0  # contributions computed (tests: a threshold move must not add one)
+        info = ctx.session.info if ctx.session is not None else None
+        self._step = step_of(getattr(info, "provenance", ""))  # the training step shown (over-training marker)
+        self._training_asked = False
+        self.live = LiveRequest(self._start, debounce_ms, parent=self)
+        self.timer = self.live.timer
+        panel.promptChanged.connect(lambda _text: self.live.poke())
+        panel.thresholdChanged.connect(lambda _t: self.redraw())
+        panel.positionChanged.connect(lambda _p: self.redraw())
+        panel.nodeClicked.connect(self.show_node)
+        panel.removeRequested.connect(self.test_edge)
+        panel.rankRequested.connect(self.rank_heads)
+        panel.exportRequested.connect(self._export_dialog)
+        panel.set_prompt_text(DEFAULT_PROMPT)
+
+    # -- the panel contract -------------------------------------------------------------------------
+    def set_prompt(self, text: str) -> None:
+        if text == self.view.prompt_text():
+            return
+        self.view.set_prompt_text(text)
+        self.request()
+
+    @property
+    def is_ready(self) -> bool:
+        return self._ready_sent
+
+    def invalidate(self, event) -> None:
+        """A model swap clears (other shape, other tokens); anything else marks the graph out of date
+        until the recompute it triggers is drawn (an edge test or ranking of the old state goes)."""
+        self._training_asked = False
+        if isinstance(event, TrainingStepShown):
+            self._step = event.step
+        if isinstance(event, ModelSwapped):
+            self._step = step_of(getattr(event.new, "provenance", ""))
+            self.result = self.graph = None
+            self.view.clear_results(event.reason)
+            return
+        self.view.set_edge_test("")
+        self.view.set_ranking_text(event.reason)
+        self.view.set_status(event.reason)
+
+    def refresh(self) -> None:
+        self.request()
+
+    def request(self) -> None:
+        self.live.now()
+
+    # -- contributions (worker) ---------------------------------------------------------------------
+    def _start(self, done) -> bool:
+        session = self.ctx.session
+        if not session.has_model:
+            self.view.set_status("waiting for a model…")
+            return False
+        text = self.view.prompt_text()
+
+        def work(token, _progress):
+            token.raise_if_cancelled()
+            return session.routes.compute(text)
+
+        self.view.set_status("computing routes…")
+        self.submit(TASK_KEY, work, on_result=self._on_result, on_error=self._on_error, on_finished=done)
+        self._ask_training()
+        return True
+
+    def _on_result(self, result) -> None:
+        self.computed += 1
+        new_prompt = self.result is None or self.result.text != result.text
+        if self._draw(result, new_prompt=new_prompt):
+            self.result = result
+            self.view.set_ablation_badge(result.ablation.text())
+            crop = f" ({result.cropped} cropped)" if result.cropped else ""
+            self.view.set_status(f"{result.n_tokens} tokens{crop} · routes {result.elapsed_s * 1000:.0f} ms")
+        self.mark_ready()
+
+    def _draw(self, result, *, new_prompt: bool = False) -> bool:
+        """The graph of `result` at the view's threshold and position; False (and the message) when
+        either is refused, the last good graph staying."""
+        try:
+            graph = self.ctx.session.routes.graph(result, self.view.threshold(), self.view.position())
+        except ValueError as exc:
+            self.view.set_error(self.report_error(exc, "Routes not drawn").inline)
+            return False
+        self.graph = graph
+        self.view.set_graph(result, graph, new_prompt=new_prompt)
+        self.drawn.emit(graph)
+        return True
+
+    def redraw(self) -> None:
+        """Threshold or position moved: the kept contributions, a new graph, no forward."""
+        if self.result is None:
+            return
+        if self._draw(self.result):
+            self.view.set_status(f"{self.result.n_tokens} tokens · threshold {self.graph.threshold:g}")
+
+    def _on_error(self, exc: BaseException) -> None:
+        """The last good graph (same model) stays under the message."""
+        self.view.set_error(self.report_error(exc, "Routes failed").inline)
+        self.mark_ready()  # the reason there is no graph is drawn
+
+    # -- node, edge, ranking (worker) ---------------------------------------------------------------
+    def show_node(self, node: int) -> None:
+        graph, result = self.graph, self.result
+        if graph is None or not 0 <= node < len(graph.names):
+            return
+        name = graph.names[node]
+        if name[0] in "XI":
+            self.view.set_detail(f"{name}: a residual-stream state (click an attention or MLP node for what its "
+                                 f"block writes)")
+            return
+        session = self.ctx.session
+        self.view.set_detail(f"{name}: reading what it writes…")
+        self.submit("routes-node", lambda token, _p: session.routes.block_effect(result, name),
+                    on_result=lambda e: self.view.set_block_effect(e.title, e.promoted, e.suppressed),
+                    on_error=self._on_error)
+
+    def test_edge(self, edge: int) -> None:
+        graph, result = self.graph, self.result
+        if graph is None:
+            return
+        session = self.ctx.session
+        self.view.set_edge_test("removing it and re-running…")
+
+        def show(t) -> None:
+            self.view.set_edge_test(
+                f"L{t.layer} H{t.head} reading token {t.source} into position {t.target}: route weight "
+                f"{t.route_weight:.3f} · removing it: Δ log p({t.token_text!r}) = {t.delta_logprob:+.3f}")
+
+        self.submit("routes-edge", lambda token, _p: session.routes.remove_edge(result, graph, edge),
+                    on_result=show, on_error=lambda exc: self.view.set_edge_test(
+                        self.report_error(exc, "Edge test failed").inline))
+
+    def rank_heads(self) -> None:
+        if self.result is None or self.graph is None:
+            return
+        result, position, session = self.result, self.graph.position, self.ctx.session
+        n = result.n_layer * result.n_head
+        self.view.set_ranking_text(f"removing each of {n} heads at position {position}…")
+
+        def work(token, _progress):
+            return session.routes.head_ranking(result, position, cancel=token)
+
+        def show(r) -> None:
+            rho = "undefined (constant)" if np.isnan(r.spearman) else f"{r.spearman:+.2f}"
+            self.view.set_ranking(r.labels, r.route, r.effect,
+                                  f"into position {r.position} (→ {r.token_text!r}): Spearman ρ = {rho} "
+                                  f"({len(r.labels)} heads, {r.elapsed_s:.1f} s)")
+
+        self.submit("routes-rank", work, on_result=show, on_error=lambda exc: self.view.set_ranking_text(
+            self.report_error(exc, "Ranking failed").inline))
+
+    def _ask_training(self) -> None:
+        """The routes over the run the model comes from (read once per state from its trace)."""
+        if self._training_asked:
+            return
+        self._training_asked = True
+        session, step = self.ctx.session, self._step
+
+        def show(over) -> None:
+            if over is None:
+                self.view.set_over_training([], {}, None)
+            else:
+                self.view.set_over_training(over.steps, over.series, step)
+
+        self.submit("routes-training", lambda token, _p: session.routes.over_training(), on_result=show,
+                    on_error=self._on_error)
+
+    # -- export ------------------------------------------------------------------------------------
+    def export_meta(self) -> dict:
+        info, state, r, g = self.ctx.session.info, self.ctx.session.interp.ablation, self.result, self.graph
+        parts = [f"L{layer}H{head}" for layer, head in sorted(state.heads)] + [f"L{m} MLP" for m in sorted(state.mlps)]
+        meta = {"model": f"{info.name} ({info.status_word})",
+                "ablation": f"{', '.join(parts)} ({state.mode} ablation)" if parts else "none"}
+        if r is not None and g is not None:
+            meta.update({"prompt": r.text, "position": g.position, "chosen token": repr(g.target_text),
+                         "threshold": g.threshold, "method": "information-flow routes (Ferrando & Voita 2024), "
+                                                             "value bias counted once"})
+        return meta
+
+    def export(self, kind: str, path: str) -> bool:
+        return self.export_to(path, self._writer(kind), self.view.set_error)
+
+    def _writer(self, kind: str):
+        from explorer.session.routes_export import contributions_csv, save_npz
+
+        def write(path: str):
+            if self.result is None:
+                raise ValueError("nothing to export yet: type a prompt of at least 2 tokens first")
+            if kind in ("png", "svg"):
+                return self.view.export_image(path)
+            if kind == "csv":
+                return self.view.write_csv(path, contributions_csv(self.result), self.export_meta())
+            save_npz(path, self.result, self.export_meta())
+            return True
+
+        return write
+
+    def _export_dialog(self, kind: str) -> None:
+        name = {"png": "routes.png", "svg": "routes.svg", "csv": "routes-contributions.csv",
+                "npz": "routes-contributions.npz"}[kind]
+        self.export_with_dialog(name, self._writer(kind), self.view.set_error)
+
+
+def step_of(provenance: str) -> int | None:
+    """'weights of step 1,200 of the training run in …' -> 1200 (None for any other model)."""
+    m = re.search(r"weights of step ([\d,]+) of the training run", provenance or "")
+    return int(m[1].replace(",", "")) if m else None

@@ -1,0 +1,180 @@
+"""The routes graph drawn layer by layer: tokens across, layers up, edge width = weight.
+
+Layout (the LLM Transparency Tool's, after Ferrando & Voita 2024): row 0 holds the input
+tokens (X0_j); layer l adds a row for the residual after attention (A{l}_i, y = 2l+1) and one
+for the residual after the block (I{l}_i, y = 2l+2), with the MLP (M{l}_i) a small node between
+them, a little to the right. Attention edges run from I{l-1}_j (or X0_j) up to A{l}_i.
+
+Why buckets: a 32-token GPT-2 graph has thousands of candidate edges and a threshold drag redraws
+it many times a second; one PlotCurveItem per edge would rebuild thousands of items. Edges are
+grouped by width into a fixed set of curves (created once, `setData(connect="pairs")` after), so
+a redraw is a few numpy operations and a dozen setData calls.
+
+Passive: takes numpy arrays (any object with RouteGraph's fields), emits what the pointer did.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor
+
+from explorer.widgets.token_stream import visible_token
+
+KIND_X, KIND_A, KIND_M, KIND_I = 0, 1, 2, 3
+M_OFFSET = 0.32  # the MLP node sits this far right of its position, half a row up
+WIDTH_EDGES = (0.0, 0.08, 0.16, 0.3, 0.5, 0.75)  # weight bucket lower bounds
+WIDTHS = (0.8, 1.6, 2.6, 3.8, 5.2, 7.0)  # pen width (px) per bucket
+ROUTE_COLOUR = QColor("#2563eb")  # the route to the chosen token
+OTHER_COLOUR = QColor(140, 140, 140, 110)  # edges above the threshold, off the route
+SELECTED_COLOUR = QColor("#dc2626")
+NODE_COLOURS = {KIND_X: "#6b7280", KIND_A: "#0072B2", KIND_M: "#E69F00", KIND_I: "#6b7280"}
+HOVER_PX = 6.0  # an edge within this many pixels of the pointer is hovered
+
+
+def node_xy(kind: np.ndarray, layer: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Plot coordinates of nodes given as (kind, layer, position) arrays."""
+    kind, layer, pos = (np.asarray(a) for a in (kind, layer, pos))
+    x = pos.astype(float) + np.where(kind == KIND_M, M_OFFSET, 0.0)
+    y = np.select([kind == KIND_X, kind == KIND_A, kind == KIND_M], [0.0, 2 * layer + 1.0, 2 * layer + 1.5],
+                  2 * layer + 2.0)
+    return x, y
+
+
+def row_ticks(n_layer: int) -> list[tuple[float, str]]:
+    ticks = [(0.0, "tokens")]
+    for layer in range(n_layer):
+        ticks += [(2 * layer + 1.0, f"L{layer} attn"), (2 * layer + 2.0, f"L{layer} out")]
+    return ticks
+
+
+class RouteGraphPlot(pg.PlotWidget):
+    """Nodes as a scatter, edges as width buckets; `edgeHovered(index or -1)`, `edgeClicked(index)`,
+    `nodeClicked(index)` in the graph's own numbering."""
+
+    edgeHovered = Signal(int)
+    edgeClicked = Signal(int)
+    nodeClicked = Signal(int)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setMenuEnabled(False)
+        self.hideButtons()
+        self.getPlotItem().setMouseEnabled(x=True, y=True)
+        self.showGrid(x=False, y=True, alpha=0.12)
+        self._buckets = {}
+        for on_route in (False, True):  # off-route first: the route is drawn on top
+            for b, width in enumerate(WIDTHS):
+                colour = ROUTE_COLOUR if on_route else OTHER_COLOUR
+                item = pg.PlotCurveItem(pen=pg.mkPen(colour, width=width, cap=Qt.PenCapStyle.RoundCap))
+                self.addItem(item)
+                self._buckets[(on_route, b)] = item
+        self._selected = pg.PlotCurveItem(pen=pg.mkPen(SELECTED_COLOUR, width=4))
+        self.addItem(self._selected)
+        self.nodes = pg.ScatterPlotItem(pxMode=True, hoverable=True)
+        self.addItem(self.nodes)
+        self.nodes.sigClicked.connect(self._on_node_clicked)
+        self.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        self.scene().sigMouseClicked.connect(self._on_scene_clicked)
+        self._xy0 = self._xy1 = np.zeros((0, 2))
+        self._hovered = -1
+        self._node_hit = False
+        self.drawn_edges = 0  # edges drawn now (tests read it)
+        self.route_edges = 0
+
+    # -- data in ----------------------------------------------------------------------------------
+    def set_graph(self, graph, tokens, n_layer: int, *, reset_view: bool = False) -> None:
+        """Draw `graph` (RouteGraph-shaped): every edge above its threshold, the route in colour."""
+        x, y = node_xy(graph.node_kind, graph.node_layer, graph.node_pos)
+        src, dst, w = np.asarray(graph.src), np.asarray(graph.dst), np.asarray(graph.weight, dtype=float)
+        self._xy0 = np.stack([x[src], y[src]], axis=1) if len(src) else np.zeros((0, 2))
+        self._xy1 = np.stack([x[dst], y[dst]], axis=1) if len(dst) else np.zeros((0, 2))
+        bucket = np.clip(np.searchsorted(WIDTH_EDGES, w, side="right") - 1, 0, len(WIDTHS) - 1)
+        route = np.asarray(graph.on_route, dtype=bool)
+        for (on_route, b), item in self._buckets.items():
+            keep = (bucket == b) & (route == on_route)
+            if not keep.any():
+                item.setData([], [])
+                continue
+            xs = np.stack([self._xy0[keep, 0], self._xy1[keep, 0]], axis=1).ravel()
+            ys = np.stack([self._xy0[keep, 1], self._xy1[keep, 1]], axis=1).ravel()
+            item.setData(xs, ys, connect="pairs")
+        self._draw_nodes(graph, x, y, src, dst, route)
+        self.drawn_edges, self.route_edges = int(len(src)), int(route.sum())
+        self.select_edge(-1)
+        self._hovered = -1
+        T = len(tokens)
+        axis = self.getAxis("bottom")
+        axis.setTicks([[(i, visible_token(t)) for i, t in enumerate(tokens)]])
+        self.getAxis("left").setTicks([row_ticks(n_layer)])
+        if reset_view:
+            self.setXRange(-0.6, max(T - 0.4, 0.6), padding=0)
+            self.setYRange(-0.5, 2 * n_layer + 0.5, padding=0)
+
+    def _draw_nodes(self, graph, x, y, src, dst, route) -> None:
+        used = np.zeros(len(x), dtype=bool)
+        used[src] = True
+        used[dst] = True
+        on_route = np.zeros(len(x), dtype=bool)
+        on_route[src[route]] = True
+        on_route[dst[route]] = True
+        kind = np.asarray(graph.node_kind)
+        brushes = [pg.mkBrush(NODE_COLOURS[int(k)] if r else QColor(160, 160, 160, 90)) for k, r in zip(kind, on_route)]
+        sizes = np.where(on_route, 9, np.where(used, 6, 3)).astype(float)
+        sizes[kind == KIND_M] *= 0.8
+        symbols = ["s" if k == KIND_M else "o" for k in kind]
+        self.nodes.setData(x=x, y=y, brush=brushes, size=sizes, symbol=symbols, pen=None, data=np.arange(len(x)))
+
+    def clear_graph(self) -> None:
+        for item in self._buckets.values():
+            item.setData([], [])
+        self._selected.setData([], [])
+        self.nodes.setData([])
+        self._xy0 = self._xy1 = np.zeros((0, 2))
+        self.drawn_edges = self.route_edges = 0
+        self.getAxis("bottom").setTicks([[]])
+
+    def select_edge(self, index: int) -> None:
+        """Outline edge `index` (-1: none)."""
+        if 0 <= index < len(self._xy0):
+            self._selected.setData([self._xy0[index, 0], self._xy1[index, 0]], [self._xy0[index, 1], self._xy1[index, 1]])
+        else:
+            self._selected.setData([], [])
+
+    # -- pointer ----------------------------------------------------------------------------------
+    def edge_at(self, scene_pos) -> int:
+        """The edge nearest the pointer within HOVER_PX pixels, or -1."""
+        if not len(self._xy0) or not self.sceneBoundingRect().contains(scene_pos):
+            return -1
+        vb = self.getPlotItem().getViewBox()
+        p = vb.mapSceneToView(scene_pos)
+        px, py = vb.viewPixelSize()  # data units per pixel
+        scale = np.array([1.0 / max(px, 1e-12), 1.0 / max(py, 1e-12)])
+        a, b = self._xy0 * scale, self._xy1 * scale  # (E, 2) in pixels
+        q = np.array([p.x(), p.y()]) * scale
+        ab = b - a
+        t = np.clip(((q - a) * ab).sum(1) / np.maximum((ab * ab).sum(1), 1e-12), 0.0, 1.0)
+        d = np.hypot(*(a + t[:, None] * ab - q).T)
+        best = int(np.argmin(d))
+        return best if d[best] <= HOVER_PX else -1
+
+    def _on_mouse_moved(self, scene_pos) -> None:
+        index = self.edge_at(scene_pos)
+        if index != self._hovered:
+            self._hovered = index
+            self.edgeHovered.emit(index)
+
+    def _on_node_clicked(self, _item, points, _event=None) -> None:
+        if len(points):
+            self._node_hit = True
+            self.nodeClicked.emit(int(points[0].data()))
+
+    def _on_scene_clicked(self, event) -> None:
+        if self._node_hit:  # the scatter took this click
+            self._node_hit = False
+            return
+        if event.button() != Qt.MouseButton.LeftButton:
+            return
+        index = self.edge_at(event.scenePos())
+        if index >= 0:
+            self.edgeClicked.emit(index)

@@ -1,0 +1,173 @@
+"""The Routes panel (issue 29) through its real controller, session and runner, on a tiny model:
+the graph comes from gptcore.information_flow / flow_graph, nothing is faked."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from explorer.controllers.base import PanelPage
+from explorer.controllers.context import PanelContext
+from explorer.controllers.routes import RoutesController
+from explorer.session.core import Session
+
+WAIT_MS = 30_000
+PROMPT = "When Mary and John went to the store, John gave a drink to"
+pytestmark = pytest.mark.usefixtures("single_torch_thread")
+
+
+def _page(qtbot, session, runner) -> PanelPage:
+    page = PanelPage(PanelContext(session=session, runner=runner, window=None, prompt=None), RoutesController)
+    qtbot.addWidget(page)
+    page.resize(1100, 700)
+    return page
+
+
+def _settled(qtbot, page, runner) -> None:
+    qtbot.waitUntil(lambda: page.controller.graph is not None, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: not runner.busy, timeout=WAIT_MS)
+
+
+@pytest.fixture
+def page(qtbot, tiny_session, runner):
+    p = _page(qtbot, tiny_session, runner)
+    p.set_prompt(PROMPT)
+    _settled(qtbot, p, runner)
+    return p
+
+
+def test_the_graph_is_drawn_from_the_sessions_routes(page, tiny_session):
+    c, plot = page.controller, page.view.graph
+    g = c.graph
+    assert g.n_edges > 0 and plot.drawn_edges == g.n_edges and plot.route_edges == g.n_route > 0
+    expected = tiny_session.routes.graph(c.result, 0.04, -1)  # the same shares, the same graph
+    assert g.names == expected.names and np.array_equal(g.weight, expected.weight)
+    assert g.position == c.result.n_tokens - 1 and g.target_text == c.result.predicted_texts[-1]
+    assert g.is_attention.any() and (g.weight > 0.04).all()
+    # every attention edge's heads (plus the residual of a j == i edge) make up its weight
+    att = g.is_attention
+    assert np.allclose(g.heads[att].sum(1) + g.residual[att], g.weight[att], atol=1e-5)
+    # the route ends at the chosen token's last output
+    last = f"I{c.result.n_layer - 1}_{g.position}"
+    assert last in {g.names[d] for d in g.dst[g.on_route]}
+
+
+def test_the_threshold_redraws_without_recomputing(qtbot, page):
+    c, view = page.controller, page.view
+    computed, edges = c.computed, c.graph.n_edges
+    view.threshold_box.setValue(0.01)
+    assert c.computed == computed and c.graph.threshold == pytest.approx(0.01)
+    assert c.graph.n_edges > edges and view.graph.drawn_edges == c.graph.n_edges
+    view.slider.setValue(30)  # 0.30
+    assert c.computed == computed and c.graph.threshold == pytest.approx(0.30)
+    assert c.graph.n_edges < edges and (c.graph.weight > 0.30).all()
+    assert not c.live.in_flight and not c.timer.isActive()  # nothing was asked of the model
+
+
+def test_an_ablated_heads_edges_vanish_and_the_badge_says_so(qtbot, page, tiny_session, runner):
+    c = page.controller
+    heads_at_0 = c.graph.heads[c.graph.node_layer[c.graph.dst] == 0]
+    head = int(np.argmax(heads_at_0.sum(0)))
+    assert heads_at_0[:, head].max() > 0  # the head carries something before
+    before = c.computed
+    tiny_session.interp.set_ablation([(0, head)])  # announced: the panel recomputes by itself
+    qtbot.waitUntil(lambda: c.computed > before and c.result.version == tiny_session.version, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: not runner.busy, timeout=WAIT_MS)
+    layer0 = c.graph.node_layer[c.graph.dst] == 0
+    assert c.graph.heads[layer0, head].max() == 0.0 and (0, head) in c.result.replaced_heads
+    assert not page.view.ablation_badge.isHidden() and "1 head ablated" in page.view.ablation_badge.text()
+    tiny_session.interp.clear_ablation()
+    qtbot.waitUntil(lambda: c.result.version == tiny_session.version, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: not runner.busy, timeout=WAIT_MS)
+    assert page.view.ablation_badge.isHidden()
+
+
+def test_bad_inputs_say_why_and_keep_the_last_good_graph(qtbot, page, runner):
+    c, view = page.controller, page.view
+    good = c.graph
+    view.threshold_box.setValue(0.0)
+    assert "between 0 and 1" in view.status_label.text() and c.graph is good
+    view.threshold_box.setValue(1.0)
+    assert "between 0 and 1" in view.status_label.text() and c.graph is good
+    view.threshold_box.setValue(0.04)
+    good = c.graph
+    view.position_box.setValue(500)
+    assert "outside the prompt" in view.status_label.text() and c.graph is good
+    view.position_box.setValue(-1)
+    good = c.graph
+    page.set_prompt("Hi")  # one token
+    qtbot.waitUntil(lambda: "at least 2 tokens" in view.status_label.text(), timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: not runner.busy, timeout=WAIT_MS)
+    assert c.graph is good and view.graph.drawn_edges == good.n_edges
+
+
+def test_models_without_usable_parts_are_explained(qtbot, runner):
+    """A 0-layer model (GPTConfig refuses one, so its config is edited after the fact) and a post-LN
+    model (its block outputs are not the sum of their parts): a message, no graph, no dialog."""
+    session = Session.tiny()
+    object.__setattr__(session.model.config, "n_layer", 0)
+    page = _page(qtbot, session, runner)
+    page.set_prompt(PROMPT)
+    qtbot.waitUntil(lambda: "0 layers" in page.view.status_label.text(), timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: not runner.busy, timeout=WAIT_MS)
+    assert page.controller.graph is None and page.is_ready
+    post = _page(qtbot, Session.tiny(ln_placement="post"), runner)
+    post.set_prompt(PROMPT)
+    qtbot.waitUntil(lambda: "pre-LN" in post.view.status_label.text(), timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: not runner.busy, timeout=WAIT_MS)
+    assert post.controller.graph is None
+
+
+def test_a_training_step_shown_recomputes_the_routes(qtbot, page, tiny_session, runner):
+    c = page.controller
+    before = c.computed
+    state = {k: v.clone() * 1.5 for k, v in tiny_session.model.state_dict().items()}
+    tiny_session.show_training_step(state, 7)
+    qtbot.waitUntil(lambda: c.computed > before and c.result.version == tiny_session.version, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: not runner.busy, timeout=WAIT_MS)
+    assert c._step == 7 and c.graph.version == tiny_session.version
+
+
+def test_exports_write_the_graph_and_the_contributions_with_the_header(qtbot, page, tmp_path):
+    c = page.controller
+    for kind in ("png", "svg", "csv", "npz"):
+        assert c.export(kind, str(tmp_path / f"routes.{kind}")), kind
+    assert (tmp_path / "routes.png").stat().st_size > 1000
+    assert "<svg" in (tmp_path / "routes.svg").read_text(encoding="utf-8")[:2000]
+    lines = (tmp_path / "routes.csv").read_text(encoding="utf-8").splitlines()
+    header = [line for line in lines if line.startswith("# ")]
+    assert any(line.startswith("# model: tiny (test)") for line in header)
+    assert "# ablation: none" in header and f"# prompt: {PROMPT}" in header
+    rows = [line.split(",") for line in lines if not line.startswith("#")]
+    assert rows[0][:4] == ["layer", "target", "target_token", "part"]
+    # the shares of one whole sum to 1: attention parts + residual of layer 0, last position
+    T = c.result.n_tokens
+    whole = [float(r[-1]) for r in rows[1:] if r[0] == "0" and r[1] == str(T - 1) and r[3] in ("head", "attn_residual")]
+    assert sum(whole) == pytest.approx(1.0, abs=1e-3)
+    with np.load(tmp_path / "routes.npz") as z:
+        assert np.array_equal(z["attn"], c.result.attn) and "model" in list(z["meta_keys"])
+
+
+def test_over_training_reads_the_routes_from_the_run_trace(qtbot, runner, tmp_path):
+    from explorer.session.routes_over_training import routes_over_training
+
+    session = Session.tiny()
+    session.adopt(session.model, name="run model", source=f"training run {tmp_path} (gpt2)",
+                  provenance=f"weights of step 200 of the training run in {tmp_path}")
+    records = [{"kind": "start", "time": 0.0, "step": 0},
+               {"kind": "probe", "time": 1.0, "step": 100, "scheme": "gpt2",
+                "routes": {"prompt": "ab ab", "edges": [["X0_1", "A0_3", 0.2], ["I0_3", "A1_4", 0.1]]}},
+               {"kind": "probe", "time": 2.0, "step": 200, "scheme": "gpt2",
+                "routes": {"prompt": "ab ab", "edges": [["X0_1", "A0_3", 0.3], ["I0_2", "A1_4", 0.6]]}}]
+    (tmp_path / "trace.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    over = routes_over_training(session.info, top=5)
+    assert list(over.steps) == [100, 200]
+    assert np.allclose(over.series["X0_1 → A0_3"], [0.2, 0.3])
+    assert np.isnan(over.series["I0_2 → A1_4"][0]) and list(over.series)[0] == "I0_2 → A1_4"  # strongest first
+    page = _page(qtbot, session, runner)
+    page.set_prompt(PROMPT)
+    _settled(qtbot, page, runner)
+    chart = page.view.training_chart
+    assert not chart.isHidden() and set(chart.series_names) == set(over.series)
+    assert chart.marker.value() == 200  # the step shown
