@@ -116,7 +116,11 @@ class ConfigController(PanelController):
 
     def _tokenizer_ids(self) -> int:
         session = self.ctx.session
-        return GPT2_VOCAB if session is None else session.tokenizer_vocab
+        if session is None:
+            return GPT2_VOCAB
+        from explorer.session.models import tokenizer_vocab
+
+        return tokenizer_vocab(session)
 
     def on_preset(self, name: str) -> None:
         self.show_config(GPTConfig.preset(name))
@@ -124,6 +128,7 @@ class ConfigController(PanelController):
     # -- building ----------------------------------------------------------------------------------
     def on_build(self, scheme: str, seed) -> None:
         from explorer.runtime.devices import BuildRefused
+        from explorer.session import models
 
         session, cfg = self.ctx.session, self.config
         self._save_settings(scheme, seed)
@@ -131,7 +136,7 @@ class ConfigController(PanelController):
             self.view.set_build_status("The app is still starting; try again in a moment.", error=True)
             return
         try:
-            session.check_fits(cfg)
+            models.check_fits(cfg, session.device)
         except BuildRefused as exc:
             self.view.set_build_status(f"Not built: {self.report_error(exc, 'Build refused').message}", error=True)
             return

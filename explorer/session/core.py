@@ -1,12 +1,13 @@
 """The headless heart of the app: one model, its tokenizer and device. No Qt here.
 
-This is the core (model, tokenizer, device, lock, version, events). The domain work lives in
-objects that take the core explicitly: `attention_domain` (session/attention.py), `generation`
-(session/generation.py), `residual` (session/residual.py) and `interp` (session/interp.py:
-ablation, attribution, patching, census); the core tells them when its model goes or its
-weights move. The methods of those names here are one-line forwards kept for callers.
+This is the core: model, tokenizer, device, `lock`, one `version`, `events`. The work lives in
+domains that take the core explicitly and are called by name: `session.attention` (attention.py),
+`session.generation` (generation.py), `session.residual` (residual.py), `session.interp`
+(interp.py: ablation, attribution, patching, census), `session.training` (training.py),
+`session.routes` (routes.py); getting a model (reading, drawing one) is models.py. The core
+never forwards to them: callers write `session.attention.capture(text)`.
 
-Panels never touch torch: every method takes plain Python values and returns frozen
+Panels never touch torch: every domain takes plain Python values and returns frozen
 dataclasses of numpy arrays or plain values. That keeps the views testable without a
 model and lets the same calls run from a script.
 
@@ -14,12 +15,13 @@ Threading rules (workers call these methods from pool threads):
 - `lock` (an RLock) is held while the model runs. Hook points are shared module state,
   so two forwards at once would fire each other's hooks; long tasks (generation) take it
   per step so other panels can interleave between tokens.
-- A model swap (load/build) does the slow part (reading, allocating) *outside* the lock
+- A model swap (load/build/adopt) does the slow part (reading, allocating) *outside* the lock
   and then swaps model, info and `version` together under it. If loading fails, nothing
   changes: the previous model stays loaded.
 - `version` goes up by one on every change of state (a swap, an ablation, a setting, a
-  training step shown): a request carries the version it was computed for, and the runner
-  drops its result when the version moved on (explorer/controllers/base.py).
+  training step shown), always through `bump_version()`: a request carries the version it was
+  computed for, and the runner drops its result when the version moved on
+  (explorer/controllers/base.py).
 - Every change is announced on `events` as a typed event (explorer/session/events.py), sent
   after the lock is released: views follow the session, nobody else broadcasts.
 """
@@ -27,17 +29,16 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Callable, Iterator
 
-import numpy as np
 import torch
 
-from gptcore.model.config import GPT2_VOCAB, GPTConfig
+from gptcore.model.config import GPTConfig
 
-from explorer.runtime.devices import check_fits, resolve_device
+from explorer.runtime.devices import resolve_device
+from explorer.session import models
 from explorer.session.events import EventHub, ModelSwapped, SettingsChanged, TrainingStepShown
-from explorer.session.results import (NO_MODEL, AblationState, Distribution, GeneratedToken, GradientResult,
-                      ModelInfo, NextTokenLogits, PromptContext, ReferenceCurve, ResidualResult)
+from explorer.session.models import ProgressFn
+from explorer.session.results import NO_MODEL, ModelInfo
 from explorer.session.attention import AttentionDomain
 from explorer.session.generation import GenerationDomain
 from explorer.session.interp import Interpretability
@@ -45,41 +46,10 @@ from explorer.session.residual import ResidualDomain
 from explorer.session.routes import RoutesDomain
 from explorer.session.training import TrainingDomain
 
-ProgressFn = Callable[[int, int, str], None]
-
-DEFAULT_SOURCE = "gpt2"
-UNTRAINED_HOW_TO = (
-    "Load real weights with File → Load GPT-2 small… (needs the network once; it is cached "
-    "afterwards), File → Open checkpoint… (a Hugging Face folder, a .safetensors file or a "
-    "nanoGPT ckpt.pt), or start with `gpt-explorer --model PATH`."
-)
-
-
-def _model_info(model, *, name: str, trained: bool | None, source: str, note: str = "", provenance: str = "",
-                tokenizer: str = "GPT-2 (offline BPE)") -> ModelInfo:
-    """`trained` None: weights of unknown provenance, shown as "loaded" (never guessed trained)."""
-    unique = list(model.parameters())  # a tied head is one Parameter, listed once
-    return ModelInfo(
-        name=name,
-        trained=bool(trained),
-        status={True: "trained", False: "untrained"}.get(trained, "loaded"),
-        provenance=provenance,
-        tokenizer=tokenizer,
-        source=source,
-        config=model.config.to_dict(),
-        device=str(model.device),
-        dtype=str(model.dtype).replace("torch.", ""),
-        n_params=sum(p.numel() for p in unique),
-        memory_bytes=sum(p.numel() * p.element_size() for p in unique),
-        tied=model.config.tie_weights,
-        note=note,
-    )
-
 
 class Session:
-    """Model + tokenizer + device, swapped atomically; see the module docstring. Ablation,
-    attribution, patching and the head census are the `interp` domain (explorer/session/interp.py),
-    which takes this core explicitly; the methods of that name here forward to it."""
+    """Model + tokenizer + device, swapped atomically, and the domains that work on them; see the
+    module docstring."""
 
     def __init__(self, model=None, info: ModelInfo | None = None, device=None):
         self.lock = threading.RLock()
@@ -88,10 +58,12 @@ class Session:
         # Resolved on first use (asking CUDA for devices takes time; a test session never needs it).
         self._device = model.device if model is not None else None
         self._device_request = device
-        self.info = info or (NO_MODEL if model is None else _model_info(model, name="model", trained=False, source=""))
+        self.info = info or (NO_MODEL if model is None else
+                             models.model_info(model, name="model", trained=False, source=""))
         self.version = 0 if model is None else 1
         self._tokenizer = None
         self.swap_pending = threading.Event()  # set while a load/build waits for the lock
+        # The domains, called by name (`session.attention.capture(...)`): one line each.
         self.interp = Interpretability(self)
         self.attention = AttentionDomain(self)
         self.residual = ResidualDomain(self)
@@ -127,11 +99,6 @@ class Session:
 
             self._tokenizer = gpt2_tokenizer()
         return self._tokenizer
-
-    @property
-    def tokenizer_vocab(self) -> int:
-        """Ids the model's tokenizer can produce, without building GPT-2's (0.7 s) when it is that one."""
-        return GPT2_VOCAB if self._tokenizer is None else int(self._tokenizer.n_vocab)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text))
@@ -178,62 +145,25 @@ class Session:
             torch.cuda.empty_cache()
         return info
 
-    # -- getting a model -----------------------------------------------------------------
+    # -- getting a model (the slow half in models.py, outside the lock) ------------------------
     def load(self, source, *, device=None, progress: ProgressFn | None = None, cancel=None,
              n_head: int | None = None) -> ModelInfo:
         """Load anything gptcore.load takes; on failure the current model stays. A file that does
         not record its head count needs `n_head` (else HeadCountNeeded): the app never guesses."""
-        from gptcore.io.loading import load
-
         dev = resolve_device(device if device is not None else self.device)
-        from gptcore.io.folder_tokenizer import IdTokenizer
-        from gptcore.io.loading import load_tokenizer
-
-        model, load_info = load(str(source), device=str(dev), progress=progress, cancel=cancel, n_head=n_head,
-                                guess_heads=False)
-        name = getattr(load_info, "name", None) or str(source)
-        tokenizer, reason = load_tokenizer(load_info)
-        if tokenizer is None:
-            tokenizer = IdTokenizer(model.config.vocab_size, reason)
-        info = _model_info(model, name=name, trained=load_info.trained, provenance=load_info.provenance,
-                           source=str(getattr(load_info, "path", source) or source),
-                           tokenizer=load_info.tokenizer.describe())
-        if load_info.heads == "given":
-            info = dataclasses.replace(info, heads_note=(
-                f"{model.config.n_head} heads, given by the user: the file does not record its head count"))
+        model, info, tokenizer = models.read(source, dev, progress=progress, cancel=cancel, n_head=n_head)
         return self._swap(model, info, cancel, tokenizer=tokenizer)
 
     def build(self, config: dict, init_scheme: str = "gpt2", seed: int | None = None,
               progress: ProgressFn | None = None, *, name: str | None = None, note: str = "",
               device=None, cancel=None) -> ModelInfo:
         """A fresh, untrained model from a config dict; refused before allocating if it won't fit."""
-        from gptcore.model.init import INIT_SCHEMES, InitCancelled, init_weights
-        from gptcore.io.loading import LoadCancelled
-        from gptcore.model.gpt import GPT
-
-        cfg = config if isinstance(config, GPTConfig) else GPTConfig.from_dict(dict(config))
-        if init_scheme not in INIT_SCHEMES:
-            raise ValueError(f"unknown init scheme {init_scheme!r}; choose one of {', '.join(INIT_SCHEMES)}")
         dev = resolve_device(device if device is not None else self.device)
-        self.check_fits(cfg, dev)
-        report = progress or (lambda *_: None)
-        steps = 1000  # 1% allocating, 98% drawing (by parameters, module by module), 1% swapping in
-        report(0, steps, "allocating weights")
-        model = GPT.empty(cfg, device=dev)  # allocated, nothing drawn twice
-
-        def drawing(done: int, total: int, message: str) -> None:
-            report(10 + (980 * done) // max(total, 1), steps, message)
-
-        try:
-            init_weights(model, init_scheme, seed=seed, progress=drawing, cancel=cancel)
-        except InitCancelled:
-            raise LoadCancelled("build cancelled or superseded by a newer model request; the current model is "
-                                "unchanged") from None
-        report(990, steps, "ready")
-        info = _model_info(model, name=name or f"custom ({cfg.n_layer}L × {cfg.n_embd}, {init_scheme} init)",
-                           trained=False, source=f"built: {init_scheme} init, seed {seed}", note=note)
+        model, info = models.fresh(config, init_scheme, seed, dev, progress=progress, name=name, note=note,
+                                   cancel=cancel)
         self._swap(model, info, cancel)
-        report(steps, steps, "done")
+        if progress is not None:
+            progress(models.BUILD_STEPS, models.BUILD_STEPS, "done")
         return info
 
     def bump_version(self) -> int:
@@ -257,16 +187,14 @@ class Session:
               tokenizer_name: str = "GPT-2 (offline BPE)", trained: bool | None = True, note: str = "") -> ModelInfo:
         """Make `model` (built elsewhere: a training run's step, say) the session's model, with
         its own tokenizer (None: GPT-2's). A model swap like load()."""
-        info = _model_info(model, name=name, trained=trained, source=source, note=note, provenance=provenance,
-                           tokenizer=tokenizer_name)
+        info = models.model_info(model, name=name, trained=trained, source=source, note=note,
+                                 provenance=provenance, tokenizer=tokenizer_name)
         return self._swap(model, info, tokenizer=tokenizer)
 
     def show_training_step(self, state_dict: dict, step: int, name: str | None = None) -> int:
         """Copy the weights of training step `step` into the loaded model (same shapes: a run's
         checkpoint of this model) and tell every view; `name` renames the model for the status
         bar ("trained · step 1,200 of 2,000 · …"). Returns the new version."""
-        import dataclasses
-
         model = self.require_model()
         with self.lock:
             model.load_state_dict(state_dict)
@@ -277,36 +205,7 @@ class Session:
         self.events.send(TrainingStepShown(step=int(step), version=version))
         return version
 
-    def check_fits(self, cfg: GPTConfig, device: torch.device | None = None) -> None:
-        """Raise BuildRefused (with the estimate) when `cfg` would not fit on the device."""
-        check_fits(cfg, device or self.device)
-
-    def load_default(self, progress: ProgressFn | None = None, cancel=None) -> ModelInfo:
-        """GPT-2 small when it is in the local cache; otherwise the same shape with the gpt2
-        init, labelled untrained with how to get real weights. Never touches the network and
-        never raises for missing weights, so the app always opens (and opens fast); the
-        window offers the download separately, in the background."""
-        from gptcore.io.hub import is_hub_cached
-
-        if not is_hub_cached(DEFAULT_SOURCE):
-            reason = "is not in the local Hugging Face cache"
-        else:
-            try:
-                return self.load(DEFAULT_SOURCE, progress=progress, cancel=cancel)
-            except Exception as exc:  # noqa: BLE001 - any reason (cancelled, corrupt cache) -> fallback
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                reason = f"could not be loaded from the cache ({first})"
-        note = f"UNTRAINED — random weights (gpt2 init), not GPT-2's: GPT-2 small {reason}. {UNTRAINED_HOW_TO}"
-        return self.build(GPTConfig.preset("gpt2").to_dict(), "gpt2", seed=0, progress=progress,
-                          name="GPT-2 small shape, random init", note=note, cancel=cancel)
-
     @classmethod
     def tiny(cls, seed: int = 0, **config_overrides) -> "Session":
         """A small random model on the CPU for tests: 2 layers, 4 heads, 64 wide, GPT-2 vocab."""
-        from gptcore.model.gpt import GPT
-
-        values = dict(n_layer=2, n_head=4, n_embd=64, block_size=128)
-        values.update(config_overrides)
-        model = GPT(GPTConfig(**values), init="gpt2", seed=seed).eval()
-        info = _model_info(model, name="tiny (test)", trained=False, source="Session.tiny")
-        return cls(model, info)
+        return cls(*models.tiny(seed, **config_overrides))

@@ -124,8 +124,12 @@ class ModelLoading:
                 if not hub_offline():
                     self.download_default()
 
-        self._run_model_task("Loading GPT-2 small", lambda token, progress: self.session.load_default(
-            progress=progress, cancel=token), on_result=loaded)
+        def work(token, progress):
+            from explorer.session.models import load_default
+
+            return load_default(self.session, progress=progress, cancel=token)
+
+        self._run_model_task("Loading GPT-2 small", work, on_result=loaded)
 
     def download_default(self) -> None:
         """Try to fetch GPT-2 small; failure (offline) is a status message, not a dialog: the

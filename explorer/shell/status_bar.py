@@ -132,7 +132,7 @@ class UntrainedBanner(QLabel):
         if not (has_model and info.status_word == "untrained"):
             self.hide()
             return
-        from explorer.session.core import UNTRAINED_HOW_TO
+        from explorer.session.models import UNTRAINED_HOW_TO
 
         what = (info.note.split(UNTRAINED_HOW_TO)[0].replace("UNTRAINED — ", "").strip().rstrip(".")
                 or "freshly initialised weights: its outputs are noise")

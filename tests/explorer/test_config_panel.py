@@ -189,10 +189,10 @@ def test_an_invalid_field_dims_the_readout_and_the_preset_says_custom(page):
 
 
 def test_build_names_the_preset_when_the_config_equals_one(qtbot, window, tiny_session, monkeypatch):
-    from explorer.runtime.devices import BuildRefused  # noqa: F401 - the real check_fits is bypassed below
+    from explorer.session import models as session_models  # its check_fits is bypassed below
 
     view = window.show_panel("config").view
-    monkeypatch.setattr(tiny_session, "check_fits", lambda *_a, **_k: None)
+    monkeypatch.setattr(session_models, "check_fits", lambda *_a, **_k: None)
     view.preset.setCurrentText("distilgpt2")
     view.preset.activated.emit(view.preset.currentIndex())
     view.inputs["block_size"].setValue(64)  # not the preset any more: named by its shape

@@ -115,6 +115,7 @@ def test_generation_errors_input_in_panel_bug_in_dialog(qtbot, runner, tmp_path,
 
 def test_config_errors_input_in_panel_bug_in_dialog(qtbot, window, caplog, monkeypatch):
     from explorer.runtime.devices import BuildRefused
+    from explorer.session import models as session_models
 
     page = window.show_panel("config")
     view = page.view
@@ -123,10 +124,10 @@ def test_config_errors_input_in_panel_bug_in_dialog(qtbot, window, caplog, monke
         raise BuildRefused("needs 9.9 GB, 1.0 GB free; pick fewer layers")
 
     with caplog.at_level(logging.ERROR, logger="explorer"):
-        monkeypatch.setattr(window.session, "check_fits", refuse)
+        monkeypatch.setattr(session_models, "check_fits", refuse)
         view.build_button.click()
         assert "9.9 GB" in view.build_status.text() and window.error_dialog is None
-        monkeypatch.setattr(window.session, "check_fits", lambda *_a, **_k: None)
+        monkeypatch.setattr(session_models, "check_fits", lambda *_a, **_k: None)
         monkeypatch.setattr(window.session, "build", _kaput)
         view.build_button.click()
         qtbot.waitUntil(lambda: window.error_dialog is not None, timeout=WAIT_MS)

@@ -6,6 +6,7 @@ import torch
 
 from explorer.runtime.devices import BuildRefused, build_memory_estimate
 from explorer.session.core import Session
+from explorer.session.models import load_default
 from gptcore.model.config import ConfigError, GPTConfig
 from gptcore.model.params import count_parameters
 
@@ -71,7 +72,7 @@ def test_load_default_offline_builds_labelled_untrained_gpt2_shape(monkeypatch):
     # HF_HUB_OFFLINE=1 and an empty HF_HOME (conftest): GPT-2 small cannot be had.
     s = Session(device="cpu")
     assert not s.has_model and s.version == 0
-    info = s.load_default()
+    info = load_default(s)
     assert s.has_model and s.version == 1
     assert not info.trained and "UNTRAINED" in info.note and "File → Load GPT-2 small" in info.note
     assert info.n_params == count_parameters(GPTConfig.preset("gpt2")).total
