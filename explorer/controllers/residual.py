@@ -52,6 +52,12 @@ def describe(settings: dict) -> str:
             f"{len(settings['seeds'])} seeds")
 
 
+def reference_label(name: str, status_word: str) -> str:
+    """The legend's name for the loaded model's own curve: "trained" only when the weights are known
+    to be (a file of unknown provenance, like the book's model.pth, may hold untrained weights)."""
+    return f"{name} (trained)" if status_word == "trained" else f"{name} (as loaded: training not known)"
+
+
 class ResidualController(PanelController):
     drawn = Signal(str, object)  # (view, the session result drawn): tests record frames
     task_keys = (TASK_KEY, REFERENCE_KEY)
@@ -213,7 +219,7 @@ class ResidualController(PanelController):
 
         def done(ref):  # only called while the model it was measured on is loaded (the one stale rule)
             if ref is not None:
-                self.view.set_reference(ref.x, ref.y, ref.name)
+                self.view.set_reference(ref.x, ref.y, reference_label(ref.name, session.info.status_word))
 
         self.submit(REFERENCE_KEY, work, on_result=done, on_error=self._on_error)
 
@@ -249,7 +255,8 @@ class ResidualController(PanelController):
             current = measured_on is None or measured_on()
             if result.reference is not None and current:
                 x = [i / 2 for i in range(len(result.reference))]
-                self.view.set_reference(x, result.reference, result.reference_name)
+                self.view.set_reference(x, result.reference, reference_label(result.reference_name,
+                                                                             self.ctx.session.info.status_word))
             else:
                 self.view.set_reference(None)
                 if not current:  # the model changed mid-sweep: its reference was measured on the old one

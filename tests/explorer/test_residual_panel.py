@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 
 import numpy as np
+import pyqtgraph as pg
 import pytest
 from PySide6.QtGui import QImage
 
@@ -172,10 +173,30 @@ def test_trained_model_curve_is_overlaid_and_follows_model_swaps(qtbot, runner):
     result = run_and_wait(qtbot, view)
     want = model_residual_norms(model, batch=2, length=8, seed=0)
     np.testing.assert_allclose(result.reference, want)
-    assert view.view.curve_names()[-1] == "tiny-trained (trained, as loaded)"
+    assert view.view.curve_names()[-1] == "tiny-trained (trained)"
     session.build(model.config.to_dict(), "gpt2", seed=1)  # an untrained model replaces it (the panel follows)
     qtbot.waitUntil(lambda: not runner.busy, timeout=10_000)
     assert not any("trained" in n for n in view.view.curve_names())
+
+
+def test_a_model_of_unknown_provenance_is_not_called_trained(qtbot, runner, tmp_path):
+    """Issue 27: the book's model.pth (weights of unknown provenance, maybe never trained) was drawn
+    as "model.pth (trained, as loaded)"; its curve is drawn, named for what is known, in the CSV too."""
+    model = GPT(Session.tiny().model.config, init="gpt2", seed=7).eval()
+    info = ModelInfo(name="model.pth", trained=False, status="loaded", source="test",
+                     config=model.config.to_dict(), n_params=1)
+    session = Session(model, info)
+    view = small_view(qtbot, PanelContext(session=session, runner=runner))
+    result = run_and_wait(qtbot, view)
+    assert result.reference is not None
+    name = view.view.curve_names()[-1]
+    assert name == residual_controller.reference_label("model.pth", "loaded") and "trained)" not in name
+    assert name.startswith("model.pth (as loaded")
+    path = tmp_path / "norms.csv"
+    view.view.export_csv(str(path))
+    with open(path, newline="", encoding="utf-8") as fh:
+        names = {row["scheme"] for row in csv.DictReader(fh)}
+    assert name in names and not any("(trained)" in n for n in names)
 
 
 def test_exports_csv_png_svg(qtbot, panel_context, tmp_path):
@@ -246,3 +267,29 @@ def test_rmsnorm_curves_are_measured_on_rmsnorm_models(qtbot, panel_context, mon
     assert built == ["layernorm", "rmsnorm"]
     assert "pre-RMSNorm" in view.view.plot.getPlotItem().titleLabel.text and view.view.stale_reason() == ""
     assert not np.allclose(layer_norm, rms)
+
+
+@pytest.mark.parametrize("size", [(520, 380), (1000, 800)])
+def test_the_legend_never_covers_a_curve(qtbot, size):
+    """Issue 27: at 900×600 the three legend rows covered the top curves (the room kept for them was
+    a share of the data's span, whatever the plot's height); every point now lies below the legend."""
+    from PySide6.QtCore import QPointF
+
+    panel = ResidualPanel(INIT_SCHEMES)
+    qtbot.addWidget(panel)
+    panel.resize(*size)
+    panel.show()
+    panel.set_log_y(True)
+    x = np.arange(9) / 2
+    panel.set_curves("norms", x, INIT_SCHEMES, synthetic(INIT_SCHEMES))
+    panel.set_reference(x, np.linspace(1, 3, 9), "gpt2 (trained)")  # a third legend row
+    qtbot.wait(100)
+    plot = panel.plot
+    legend = plot.legend.sceneBoundingRect()
+    assert len(plot.legend.items) == len(INIT_SCHEMES) + 1 and legend.height() > 40
+    vb = plot.getViewBox()
+    for item in plot.items_drawn:
+        if isinstance(item, pg.PlotDataItem) and item.name():
+            xs, ys = item.getData()
+            top = max(vb.mapViewToScene(QPointF(float(a), float(b))).y() for a, b in zip(xs, ys) if np.isfinite(b))
+            assert top > legend.bottom(), item.name()  # scene y grows downwards: below the legend

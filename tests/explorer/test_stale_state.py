@@ -114,7 +114,7 @@ def _after_swap(window, page, name: str, old_model: str) -> None:
         assert not view.build_status.text().startswith("Built"), view.build_status.text()
         assert window.session.info.name in view.loaded_label.text()
     elif name == "residual":
-        assert not any("as loaded" in n for n in view.curve_names())
+        assert not any(old_model in n for n in view.curve_names())  # the old model's own curve is gone
 
 
 def _settled(qtbot, window, page, name: str) -> None:

@@ -278,7 +278,7 @@ class ResidualPanel(QWidget):
             self._redraw()
 
     def set_reference(self, x: np.ndarray | None, y: np.ndarray | None = None, name: str = "") -> None:
-        """The loaded trained model's own curve (norms view), or None to remove it."""
+        """The loaded model's own curve (norms view) under `name`, its legend entry; None removes it."""
         self._reference = None if x is None else (np.asarray(x, float), np.asarray(y, float), name)
         if self.current_view == "norms":
             self._redraw()
@@ -408,7 +408,7 @@ class ResidualPanel(QWidget):
             if self.current_view == "norms" and self._reference is not None:
                 rx, ry, rname = self._reference
                 for x, y in zip(rx, ry):
-                    out.writerow([self.current_view, f"{rname} (trained)", f"{x:g}", "", *_numbers(y, 0.0, y, y), 1])
+                    out.writerow([self.current_view, rname, f"{x:g}", "", *_numbers(y, 0.0, y, y), 1])
 
     def export_image(self, path: str) -> None:
         """The plot as PNG or SVG (by the file's suffix)."""

@@ -19,6 +19,7 @@ SCHEME_COLOURS = {
     "xavier-uniform": "#E69F00", "xavier-normal": "#CC79A7", "kaiming-normal": "#56B4E9",
 }
 FALLBACK_COLOURS = ("#999999", "#F0E442", "#000000")
+LEGEND_OFFSET = (10, 10)  # the legend's top-left corner, pixels from the plot's
 MAX_SYMBOL_POINTS = 40  # markers on each point only while they do not merge into a line
 
 
@@ -38,7 +39,7 @@ class SchemePlot(pg.PlotWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.showGrid(x=True, y=True, alpha=0.25)
-        self.legend = self.addLegend(offset=(10, 10), labelTextSize="9pt")
+        self.legend = self.addLegend(offset=LEGEND_OFFSET, labelTextSize="9pt")
         backdrop = QColor(pg.mkColor(pg.getConfigOption("background")))
         backdrop.setAlpha(210)  # curves stay visible behind it, labels stay readable
         self.legend.setBrush(pg.mkBrush(backdrop))
@@ -46,6 +47,8 @@ class SchemePlot(pg.PlotWidget):
         self.legend.setColumnCount(3)  # short and wide: it sits in the headroom above the curves
         self.items_drawn: list = []
         self.log_y = False
+        self._y_fit: tuple[float, float] | None = None  # the data's y extent, in plot coordinates
+        self.getViewBox().sigResized.connect(self._fit_y_range)  # the legend's share grows as the plot shrinks
 
     def curve_names(self) -> list[str]:
         """Names of the solid curves drawn now (the legend's entries, in order)."""
@@ -88,7 +91,7 @@ class SchemePlot(pg.PlotWidget):
         if reference is not None:
             rx, ry, rname = reference
             self._add(pg.PlotDataItem(rx, self._y(ry), pen=pg.mkPen(fg, width=2, style=Qt.PenStyle.DashDotLine),
-                                      name=f"{rname} (trained, as loaded)"))
+                                      name=rname))  # the controller's label says what it knows of the model
         self._leave_headroom(curves, reference)
 
     def _leave_headroom(self, curves: list[Curve], reference) -> None:
@@ -98,13 +101,29 @@ class SchemePlot(pg.PlotWidget):
             ys.append(self._y(np.asarray(reference[1], dtype=float)))
         finite = np.concatenate([y[np.isfinite(y)] for y in ys]) if ys else np.zeros(0)
         if finite.size == 0:
+            self._y_fit = None
             self.enableAutoRange()
             return
-        low, high = float(finite.min()), float(finite.max())
-        span = (high - low) or (abs(high) or 1.0)
-        rows = -(-len(self.legend.items) // 3)
-        self.setYRange(low - 0.03 * span, high + (0.06 + 0.07 * rows) * span, padding=0)
+        self._y_fit = (float(finite.min()), float(finite.max()))
+        self._fit_y_range()
         self.enableAutoRange(x=True)
+
+    def legend_rows_px(self) -> float:
+        """The legend's height and its offset from the top, in pixels: the band kept free of curves."""
+        return self.legend.height() + LEGEND_OFFSET[1] + 6 if self.legend.items else 0.0
+
+    def _fit_y_range(self) -> None:
+        """The y range that puts every curve below the legend: its rows take a fixed number of pixels,
+        so a short plot (a 900×600 window) needs a larger share of its height kept free than a tall one
+        (a share of the data's span, as before, let the legend cover the top curves there)."""
+        if self._y_fit is None:
+            return
+        low, high = self._y_fit
+        span = (high - low) or (abs(high) or 1.0)
+        bottom, top = low - 0.03 * span, high + 0.03 * span
+        height = self.getViewBox().height()
+        share = min(self.legend_rows_px() / height, 0.6) if height > 1 else 0.3
+        self.setYRange(bottom, bottom + (top - bottom) / (1.0 - share), padding=0)
 
     def _y(self, values: np.ndarray) -> np.ndarray:
         """Plot coordinates: log10 under log y. The transform is done here, with the axis
