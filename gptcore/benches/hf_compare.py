@@ -10,6 +10,8 @@ One run, the same random GPT-2-small weights and the same prompts on both sides:
   (which also reports each step's probability and alternatives) vs HF `generate`.
   Target ratio (ours / HF tokens per second) >= 1.1 (issue 28); also as achieved GB/s and as a
   fraction of the floor this machine's measured bandwidth sets (benches/hardware.py).
+- information_flow: the routes (issue 29) at 32 tokens vs one HF forward with output_attentions
+  on the same ids; see benches/flow.py. Target ratio <= 3.
 - load: our `load(folder)` vs `GPT2LMHeadModel.from_pretrained(folder)` on a GPT-2-small
   folder written here with `save_pretrained`. Target ratio <= 1.0.
 - recount: `count_parameters` on gpt2-xl (config built and validated too), in ms,
@@ -38,6 +40,7 @@ import torch
 
 from gptcore.model.config import GPTConfig
 from gptcore.model.params import count_parameters
+from gptcore.benches import flow as bench_flow
 from gptcore.benches import hardware
 from gptcore.benches import patching as bench_patching
 from gptcore.benches import smollm2 as bench_smollm2
@@ -48,7 +51,7 @@ from gptcore.benches.timing import cpu_name, timed, timed_pair
 GPT2_SMALL = dict(vocab_size=50257, n_positions=1024, n_layer=12, n_head=12, n_embd=768)
 TINY = dict(vocab_size=1000, n_positions=128, n_layer=2, n_head=4, n_embd=64)
 TARGETS = {"forward_capture": ("<=", 0.6), "decode": (">=", 1.1), "load": ("<=", 1.0), "recount": ("<=", 5.0),
-           **PATCHING_TARGETS, **SMOLLM2_TARGETS}
+           **PATCHING_TARGETS, **SMOLLM2_TARGETS, **bench_flow.TARGETS}
 
 
 @dataclass(frozen=True)
@@ -194,6 +197,8 @@ def run_bench(quick: bool = False, device: torch.device | None = None, progress=
     ids = torch.randint(0, plan.shape["vocab_size"], (1, plan.capture_tokens), generator=g).to(device)  # (1, T)
     say("forward_capture")
     result.update(bench_forward_capture(hf, ours, ids, plan, device))
+    say("information_flow (routes)")
+    result.update(bench_flow.bench_flow(hf, ours, ids, plan.runs, device, timed_pair))
     say("patch_heads (the naive loop takes a while)")
     result.update(bench_patching.bench_patch_heads(ours, plan.shape, plan.patch_tokens, plan.patch_runs, device,
                                                    timed_pair))
@@ -243,6 +248,8 @@ def format_table(r: dict) -> str:
     ]
     if "patch_heads_s" in r:
         rows += bench_patching.table_rows(r)
+    if "flow_ratio" in r:
+        rows += bench_flow.table_rows(r)
     for name, ours, ref, ratio, judged in rows:
         op, target = TARGETS[name]
         unit = " ms" if name == "recount" else ""
@@ -259,6 +266,8 @@ def format_table(r: dict) -> str:
     ]
     lines += hardware.table_notes(r)
     lines += bench_patching.table_notes(r)
+    if "flow_ratio" in r:
+        lines += bench_flow.table_notes(r)
     if "smollm2_load_ratio" in r:
         lines += bench_smollm2.table_notes(r)
     return "\n".join(lines)

@@ -11,7 +11,7 @@ from gptcore import bench
 from gptcore.benches import hf_compare
 
 KEYS = ("forward_capture_ratio", "decode_ratio", "load_ratio", "recount_ms", "smollm2_load_ratio", "smollm2_decode_ratio",
-        "patch_heads_ratio", "patch_heads_s")
+        "patch_heads_ratio", "patch_heads_s", "flow_ratio")
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +45,7 @@ def test_quick_bench_compares_the_same_computation(quick_json):
     assert quick_json["forward_capture_tensors"] == n_layer + n_layer + 1
     assert quick_json["forward_capture_pattern_max_abs_diff"] < 1e-5
     assert quick_json["decode_same_tokens"] is True
+    assert quick_json["flow_tokens"] == 16 and quick_json["flow_sum_max_abs_err"] < 1e-5  # routes: real shares
     assert quick_json["recount_total_ours"] == quick_json["recount_total_ref"] == 1_557_611_200
     # batched patching and the naive one-forward-per-head loop computed the same map
     assert quick_json["patch_heads_cells"] == n_layer * quick_json["shape"]["n_head"]
