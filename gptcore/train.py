@@ -142,13 +142,15 @@ def main(argv: list[str] | None = None) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(usage())
         return 0
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
+    from gptcore.training.distributed import place
+
+    where = place()  # torchrun's WORLD_SIZE / RANK / LOCAL_RANK; one process without them
+    rank = where.rank
     try:
         settings = parse_args(argv)
         from gptcore.training.setup import plan_run
 
-        plan = plan_run(settings, argv, world_size, rank)
+        plan = plan_run(settings, argv, where)
     except ValueError as exc:
         if rank == 0:
             print(f"error: {exc}", file=sys.stderr)
@@ -179,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 130
     finally:
-        from gptcore.training.setup import finish_distributed
+        from gptcore.training.distributed import finish_distributed
 
         finish_distributed()
 

@@ -17,7 +17,6 @@ import math
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -26,33 +25,12 @@ from gptcore.model.config import GPTConfig
 from gptcore.training.config import TrainConfig
 from gptcore.training.recorder import Recorder
 from gptcore.training.run import RunFolder
+from gptcore.training.setup import RunPlan
 from gptcore.training.trace import TraceWriter
 from gptcore.training.trainer import NonFiniteLoss, Trainer
 
 EXIT_OK, EXIT_FAILED, EXIT_SIGINT = 0, 1, 130
 _STOP_CODES = {0: None, 1: "max_time", 2: "SIGTERM", 3: "SIGINT"}
-
-
-@dataclass
-class RunPlan:
-    """What to run, decided from the command line (train.py) before anything is built."""
-
-    out_dir: Path
-    train_config: TrainConfig
-    model_config: GPTConfig | None  # None on resume: the checkpoint has it
-    corpus: object  # data.Corpus
-    schemes: tuple[str, ...]
-    probe_interval: int
-    max_time: float | None
-    log_interval: int = 10
-    keep_every: int = 1
-    resume: bool = False
-    command: list[str] = field(default_factory=list)
-    corpus_source: str | None = None
-    world_size: int = 1
-    rank: int = 0
-    device: str = "cpu"
-    preset: str | None = None  # presets.PRESETS name: its data replaces --data, and a resume re-creates it
 
 
 class _NoWriter:

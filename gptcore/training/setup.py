@@ -16,7 +16,7 @@ from gptcore.model.config import GPTConfig
 from gptcore.model.init import INIT_SCHEMES
 from gptcore.training.config import CPU_RECIPE_MODEL, TrainConfig
 from gptcore.training.data import load_corpus
-from gptcore.training.loop import RunPlan
+from gptcore.training.distributed import Place, init_distributed, place
 from gptcore.training.run import RunFolder
 
 MEMORY_HEADROOM = 0.9  # refuse a run estimated above this share of the free memory
@@ -36,6 +36,29 @@ class Settings:
     given: set = dataclasses.field(default_factory=set)
 
 
+@dataclasses.dataclass
+class RunPlan:
+    """What to run, decided from the command line (train.py) before anything is built; plan_run
+    builds it, loop.TrainingRun runs it."""
+
+    out_dir: Path
+    train_config: TrainConfig
+    model_config: GPTConfig | None  # None on resume: the checkpoint has it
+    corpus: object  # data.Corpus
+    schemes: tuple[str, ...]
+    probe_interval: int
+    max_time: float | None
+    log_interval: int = 10
+    keep_every: int = 1
+    resume: bool = False
+    command: list[str] = dataclasses.field(default_factory=list)
+    corpus_source: str | None = None
+    world_size: int = 1
+    rank: int = 0
+    device: str = "cpu"
+    preset: str | None = None  # presets.PRESETS name: its data replaces --data, and a resume re-creates it
+
+
 def parse_schemes(text: str) -> tuple[str, ...]:
     schemes = tuple(s.strip() for s in text.split(",") if s.strip())
     unknown = [s for s in schemes if s not in INIT_SCHEMES]
@@ -47,7 +70,9 @@ def parse_schemes(text: str) -> tuple[str, ...]:
     return schemes
 
 
-def plan_run(settings: Settings, argv: list[str], world_size: int = 1, rank: int = 0) -> RunPlan:
+def plan_run(settings: Settings, argv: list[str], where: Place | None = None) -> RunPlan:
+    where = place() if where is None else where
+    world_size = where.world_size
     run, given = settings.run, settings.given
     folder = RunFolder(run["out_dir"])
     resume = run["init_from"] == "resume"
@@ -82,8 +107,8 @@ def plan_run(settings: Settings, argv: list[str], world_size: int = 1, rank: int
         data, tokenizer = run["data"], run["tokenizer"]
         probe_interval, max_time = run["probe_interval"], run["max_time"]
 
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = _pick_device(train_values.get("device") if ("device" in given or resume) else None, world_size, local_rank)
+    device = _pick_device(train_values.get("device") if ("device" in given or resume) else None, world_size,
+                          where.local_rank)
     train_values["device"] = device
     train_config = TrainConfig.from_dict(train_values)
     train_config.local_accumulation(world_size)  # refuse an accumulation the processes cannot share
@@ -103,7 +128,7 @@ def plan_run(settings: Settings, argv: list[str], world_size: int = 1, rank: int
                    log_interval=run["log_interval"], keep_every=run["keep_every"], resume=resume,
                    command=["python", "-m", "gptcore.train", *argv],
                    corpus_source=None if data is None else str(Path(data).expanduser().resolve()),
-                   world_size=world_size, rank=rank, device=device, preset=preset)
+                   world_size=world_size, rank=where.rank, device=device, preset=preset)
 
 
 def _preset(name: str, given: set):
@@ -134,29 +159,6 @@ def _pick_device(asked: str | None, world_size: int, local_rank: int) -> str:
         except RuntimeError:
             raise UsageError(f"--device={asked}: not a device torch knows; use cpu or cuda") from None
     return asked
-
-
-# -- processes ------------------------------------------------------------------------------------
-def init_distributed(world_size: int, device: str) -> None:
-    """Join torchrun's process group (nccl for CUDA, gloo on CPU); nothing for one process."""
-    if world_size <= 1:
-        return
-    import torch
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        return
-    if device.startswith("cuda"):
-        torch.cuda.set_device(torch.device(device))
-    dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
-
-
-def finish_distributed() -> None:
-    import sys
-
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
 
 
 # -- memory ----------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from torch import nn
 
 from gptcore.training import speed
 from gptcore.training.config import TrainConfig, TrainConfigError
+from gptcore.training.distributed import place
 from gptcore.training.errors import NonFiniteLoss, TrainingError  # noqa: F401  (TrainingError: re-exported)
 
 BatchFn = Callable[[str, int], "tuple[torch.Tensor, torch.Tensor]"]
@@ -97,7 +98,8 @@ class Trainer:
         if hasattr(self.model, "tie_weights"):
             self.model.tie_weights()  # .to() keeps sharing, but a model moved by hand may not
         self.model.train()
-        self.world_size, self.rank = _world()
+        where = place(launched=False)  # alone unless a process group is up (torchrun's or mp.spawn's)
+        self.world_size, self.rank = where.world_size, where.rank
         self.local_accum = train_config.local_accumulation(self.world_size)
         self.optimizer = make_optimizer(self.model, train_config, self.device.type, fused)
         self.iter_num = 0
@@ -240,14 +242,6 @@ def resolve_dtype(dtype: str, device: torch.device) -> str:
     if speed.native_bf16(device.type):
         return "bfloat16"
     return "float16" if device.type == "cuda" else "float32"
-
-
-def _world() -> tuple[int, int]:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size(), dist.get_rank()
-    return 1, 0
 
 
 def _model_device(model: nn.Module) -> torch.device:
