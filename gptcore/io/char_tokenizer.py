@@ -45,6 +45,15 @@ class CharTokenizer:
             raise ValueError(f"{path} is not a gptcore character vocabulary (format {CHAR_VOCAB_FORMAT})")
         return cls(chars, name=f"char ({len(chars)} symbols)")
 
+    @classmethod
+    def from_meta(cls, path) -> "CharTokenizer":
+        """From nanoGPT's meta.pkl (read without running it: nanogpt_meta.read_meta); ValueError
+        naming the file when it is not a character vocabulary."""
+        from gptcore.io.nanogpt_meta import meta_chars, read_meta
+
+        chars = meta_chars(read_meta(path), path)
+        return cls(chars, name=f"char ({len(chars)} symbols, nanoGPT meta.pkl)")
+
     def encode(self, text: str, **_kwargs) -> list[int]:
         missing = sorted({c for c in text if c not in self._ids})
         if missing:

@@ -31,20 +31,29 @@ _EOS_NAMES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<|im_end|>")
 @dataclass(frozen=True)
 class TokenizerChoice:
     """kind: "gpt2" (GPT-2's BPE, offline), "folder" (`path` is a tokenizer.json), "char" (`path` is a
-    training run's char_vocab.json) or "none";
-    `reason` says why, in words a status line can show."""
+    training run's char_vocab.json), "meta" (`path` is nanoGPT's meta.pkl) or "none";
+    `reason` says why, in words a status line can show. `wants`: for "none", the file that would
+    give the model its text ("meta.pkl" for a nanoGPT char checkpoint whose data folder was not
+    found), so the app can ask for it."""
 
     kind: str
     path: str = ""
     reason: str = ""
+    wants: str = ""
 
     def describe(self) -> str:
-        return {"gpt2": "GPT-2 (offline BPE)", "folder": self.path, "char": "characters"}.get(self.kind, "none") + \
+        return {"gpt2": "GPT-2 (offline BPE)", "folder": self.path, "char": "characters",
+                "meta": "characters"}.get(self.kind, "none") + \
             f" — {self.reason}"
 
 
-def choose_tokenizer(weights: Path, vocab_size: int, *, nanogpt: bool = False) -> TokenizerChoice:
-    """The tokenizer for the weights at `weights` (a file; its folder is searched)."""
+def choose_tokenizer(weights: Path, vocab_size: int, *, nanogpt: bool = False, dataset: str | None = None,
+                     meta: Path | None = None) -> TokenizerChoice:
+    """The tokenizer for the weights at `weights` (a file; its folder is searched). `dataset`: a
+    training checkpoint's config['dataset'], whose data/<dataset>/meta.pkl (nanoGPT's char
+    vocabulary) is looked for as sample.py would; `meta`: a meta.pkl the user chose."""
+    if meta is not None:
+        return TokenizerChoice("meta", str(meta), f"nanoGPT's character vocabulary chosen by the user ({meta})")
     folder = weights.parent
     own = folder / TOKENIZER_FILE
     model_type = _model_type(folder)
@@ -62,12 +71,35 @@ def choose_tokenizer(weights: Path, vocab_size: int, *, nanogpt: bool = False) -
         return TokenizerChoice("none", reason=f"no {TOKENIZER_FILE} next to this {model_type} model, whose "
                                               f"vocabulary is its own: token ids are shown instead of text")
     if vocab_size < GPT2_VOCAB:
-        why = ("nanoGPT's meta.pkl holds its vocabulary, but pickle files are never read (they can run code)"
-               if nanogpt and (folder / "meta.pkl").is_file() else f"no {TOKENIZER_FILE} came with it")
-        return TokenizerChoice("none", reason=f"vocab_size {vocab_size:,} is smaller than GPT-2's {GPT2_VOCAB:,} (a "
-                                              f"character-level or other vocabulary of its own) and {why}: "
-                                              f"token ids are shown instead of text")
+        return _small_vocab_choice(weights, vocab_size, nanogpt, dataset)
     return TokenizerChoice("gpt2", reason="a GPT-2-family model without a tokenizer of its own")
+
+
+def _small_vocab_choice(weights: Path, vocab_size: int, nanogpt: bool, dataset: str | None) -> TokenizerChoice:
+    """A vocabulary of its own: nanoGPT's meta.pkl found from config['dataset'] (or beside the
+    checkpoint), else none, saying why and which file would help."""
+    from gptcore.io.nanogpt_meta import META_FILE, find_meta, meta_candidates
+
+    found = find_meta(weights, dataset)
+    beside = weights.parent / META_FILE
+    if found is None and nanogpt and beside.is_file():
+        found = beside
+    if found is not None:
+        how = f"config['dataset'] = {dataset!r}" if dataset else "beside the checkpoint"
+        return TokenizerChoice("meta", str(found), f"nanoGPT's character vocabulary {found} ({how})")
+    small = f"vocab_size {vocab_size:,} is smaller than GPT-2's {GPT2_VOCAB:,} (a character-level or other " \
+            f"vocabulary of its own)"
+    if dataset:
+        looked = ", ".join(str(p) for p in meta_candidates(weights, dataset)[:3])
+        return TokenizerChoice("none", wants=META_FILE, reason=(
+            f"{small}; its checkpoint names dataset {dataset!r}, but no data/{dataset}/{META_FILE} was found "
+            f"(looked at {looked}): open that meta.pkl to see text, else token ids are shown"))
+    if nanogpt:
+        return TokenizerChoice("none", wants=META_FILE, reason=(
+            f"{small} and its checkpoint names no dataset: open the {META_FILE} its data was prepared with to "
+            f"see text, else token ids are shown"))
+    return TokenizerChoice("none", reason=f"{small} and no {TOKENIZER_FILE} came with it: token ids are shown "
+                                          f"instead of text")
 
 
 def is_gpt2_bpe(path: Path) -> bool:
@@ -114,11 +146,12 @@ def load_tokenizer(choice: TokenizerChoice):
         except (OSError, ValueError, ImportError) as exc:
             return None, (f"{choice.path} could not be read ({exc.__class__.__name__}: {exc}); "
                           f"token ids are shown instead")
-    if choice.kind == "char":
+    if choice.kind in ("char", "meta"):
         from gptcore.io.char_tokenizer import CharTokenizer
 
         try:
-            return CharTokenizer.from_file(choice.path), choice.reason
+            read = CharTokenizer.from_file if choice.kind == "char" else CharTokenizer.from_meta
+            return read(choice.path), choice.reason
         except ValueError as exc:
             return None, f"{exc}; token ids are shown instead"
     return None, choice.reason

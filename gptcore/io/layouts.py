@@ -49,6 +49,7 @@ class RawCheckpoint:
     detach: bool = False  # copy even when the mapped tensor could be used in place
     provenance: Provenance = UNKNOWN  # whether the weights are known to be trained, and why
     heads: str = "file"  # where n_head came from: "file" (a config), "given" (n_head=), "guessed" (head_count.py)
+    dataset: str | None = None  # a training ckpt's config['dataset']: where its meta.pkl is (nanogpt_meta.py)
 
 
 def read_source(source, n_head=None, progress=None, cancel=None) -> RawCheckpoint:
@@ -235,7 +236,7 @@ def _read_nanogpt(path: Path, ckpt: dict, n_head) -> RawCheckpoint:
         warnings.append("meta.pkl next to the checkpoint was not read (pickle files can run code); "
                         "the GPT-2 tokenizer is used")
     return RawCheckpoint(state, config, path, "nanoGPT ckpt", _display_name(path), warnings, "model_args", detach=True,
-                         provenance=of_training_dict(ckpt))
+                         provenance=of_training_dict(ckpt), dataset=_dataset(ckpt))
 
 
 def _read_gptcore_ckpt(path: Path, ckpt: dict, n_head) -> RawCheckpoint:
@@ -249,7 +250,14 @@ def _read_gptcore_ckpt(path: Path, ckpt: dict, n_head) -> RawCheckpoint:
     if n_head is not None and n_head != config.n_head:
         raise LoadError(f"n_head={n_head} was given but {path} says n_head={config.n_head}; leave n_head out")
     return RawCheckpoint(state, config, path, "gptcore training ckpt", _display_name(path), [], "gpt_config",
-                         detach=True, provenance=of_training_dict(ckpt))
+                         detach=True, provenance=of_training_dict(ckpt), dataset=_dataset(ckpt))
+
+
+def _dataset(ckpt: dict) -> str | None:
+    """config['dataset'] of a training checkpoint (nanoGPT's train.py records it), if a string."""
+    config = ckpt.get("config")
+    dataset = config.get("dataset") if isinstance(config, dict) else None
+    return dataset if isinstance(dataset, str) and dataset.strip() else None
 
 
 def _gptcore_step(path: Path, n_head) -> tuple[GPTConfig, int] | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -154,7 +155,7 @@ def resolve_dtype(spec=None) -> torch.dtype:
 # -- load ----------------------------------------------------------------------------------------
 
 def load(source, *, device=None, dtype=None, progress: ProgressFn | None = None, n_head: int | None = None,
-         cancel: Callable[[], bool] | None = None, guess_heads: bool = False) -> tuple[GPT, LoadInfo]:
+         cancel: Callable[[], bool] | None = None, guess_heads: bool = False, meta=None) -> tuple[GPT, LoadInfo]:
     """Load a GPT-2-family checkpoint -> (model in eval mode on `device`, LoadInfo).
 
     `source`: a hub id (gpt2, openai-community/gpt2, gpt2-medium, gpt2-large, gpt2-xl, distilgpt2, or
@@ -166,6 +167,8 @@ def load(source, *, device=None, dtype=None, progress: ProgressFn | None = None,
     that fit, its message names `--n-head`) before anything is built: the window asks with a
     dialog, the command line with that message. `guess_heads=True` loads it with a guessed count
     and a warning instead (a wrong count changes every output, so only on request).
+    `meta`: nanoGPT's meta.pkl to read the model's characters from, when the one its checkpoint's
+    config['dataset'] names is not found (io/nanogpt_meta.py; LoadInfo.tokenizer.wants says so).
     """
     start = time.perf_counter()
     target_device, target_dtype = resolve_device(device), resolve_dtype(dtype)
@@ -175,7 +178,8 @@ def load(source, *, device=None, dtype=None, progress: ProgressFn | None = None,
         raise HeadCountNeeded(raw.path, raw.config.n_embd)
     _check_cancel(cancel)
     model = _build(raw, target_device, target_dtype, progress, cancel)
-    tokenizer = choose_tokenizer(raw.path, raw.config.vocab_size, nanogpt=raw.format == "nanoGPT ckpt")
+    tokenizer = choose_tokenizer(raw.path, raw.config.vocab_size, nanogpt=raw.format == "nanoGPT ckpt",
+                                 dataset=raw.dataset, meta=None if meta is None else Path(meta))
     if tokenizer.kind == "none":
         raw.warnings.append(f"no tokenizer for this model: {tokenizer.reason}")
     info = LoadInfo(

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gptcore.io.atomic import atomic_write_bytes
+from gptcore.io.atomic import atomic_path, atomic_write_bytes
 
 CHAR_VOCAB_FILE = "char_vocab.json"  # beside a checkpoint: how the app turns ids back into text
 CHAR_VOCAB_FORMAT = "gptcore-char-vocab-1"
@@ -277,10 +277,8 @@ def write_prepared(corpus: Corpus, folder: Path) -> Path | None:
     if corpus.tokenizer == "char":
         write_meta(folder, corpus.chars)
     for name, ids in (("val.bin", corpus.val), ("train.bin", corpus.train)):  # train.bin last: it marks done
-        path = folder / name
-        tmp = path.with_name(f".{name}.tmp")
-        np.asarray(ids, dtype=np.uint16).tofile(tmp)
-        tmp.replace(path)
+        with atomic_path(folder / name) as tmp:
+            np.asarray(ids, dtype=np.uint16).tofile(tmp)
     return folder
 
 

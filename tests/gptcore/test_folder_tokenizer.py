@@ -132,17 +132,18 @@ def test_a_small_vocabulary_without_its_tokenizer_gets_none_and_the_reason(tmp_p
     assert "vocab_size 1,000 is smaller than GPT-2's 50,257" in why and "token ids are shown" in why
 
 
-def test_a_char_level_nanogpt_names_its_unread_meta_pkl(tmp_path):
+def test_a_char_level_nanogpt_names_its_unusable_meta_pkl(tmp_path):
     torch.manual_seed(0)
     hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=65, n_positions=32, n_embd=32, n_layer=1, n_head=2))
     state = {k: (t.t().contiguous() if k.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")) else t)
              for k, t in hf.state_dict().items()}
     args = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, bias=True, vocab_size=65, dropout=0.0)
     torch.save({"model": state, "model_args": args, "iter_num": 5000}, tmp_path / "ckpt.pt")
-    (tmp_path / "meta.pkl").write_bytes(b"\x80\x04N.")  # never read, only its presence counts
+    (tmp_path / "meta.pkl").write_bytes(b"\x80\x04N.")  # a pickle of None: read safely, not a vocabulary
     _, info = load(tmp_path / "ckpt.pt")
+    assert info.tokenizer.kind == "meta"  # found beside the checkpoint
     ours, why = load_tokenizer(info)
-    assert ours is None and "meta.pkl" in why and "never read" in why
+    assert ours is None and "meta.pkl holds a NoneType" in why and "token ids are shown" in why
 
 
 def test_a_non_gpt2_folder_without_a_tokenizer_gets_none(tmp_path):
