@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QLabel, QStatusBar, QToolButton, QWidget
 
 import explorer.widgets.theme as theme
@@ -37,6 +37,14 @@ class ModelStatusBar(QStatusBar):
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
+        # Messages ("saved …", "Exported …") in a label that elides with the whole text as its
+        # tooltip: QStatusBar paints its own message clipped, with no way to read the rest.
+        self.message_label = ElidedLabel()
+        self.message_label.setObjectName("status_message")
+        self.addWidget(self.message_label, 1)
+        self._message_timer = QTimer(self)
+        self._message_timer.setSingleShot(True)
+        self._message_timer.timeout.connect(self.clearMessage)
         self.labels: dict[str, QLabel] = {}
         for key in STATUS_KEYS:
             label = ElidedLabel() if key in ELIDED_KEYS else QLabel()
@@ -58,6 +66,24 @@ class ModelStatusBar(QStatusBar):
         self.ablation_label.linkActivated.connect(lambda _link: self.resetAblationRequested.emit())
         self.ablation_label.hide()
         self.addPermanentWidget(self.ablation_label)
+
+    def showMessage(self, text: str, timeout: int = 0) -> None:  # noqa: N802 - QStatusBar's name, for every caller
+        """`text` for `timeout` ms (0: until the next message), elided with a tooltip when narrow."""
+        self.message_label.setText(text)
+        self.message_label.setToolTip("")  # ElidedLabel shows the whole text when it is cut
+        self._message_timer.stop()
+        if timeout > 0:
+            self._message_timer.start(timeout)
+        self.messageChanged.emit(text)
+
+    def currentMessage(self) -> str:  # noqa: N802 - QStatusBar's name
+        return self.message_label.text() or super().currentMessage()
+
+    def clearMessage(self) -> None:  # noqa: N802 - QStatusBar's name
+        self._message_timer.stop()
+        self.message_label.setText("")
+        super().clearMessage()
+        self.messageChanged.emit("")
 
     def set_activity(self, text: str) -> None:
         self.labels["activity"].setText(text)

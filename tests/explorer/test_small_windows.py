@@ -309,3 +309,26 @@ def test_the_train_charts_scroll_down_only_at_900_by_600(qtbot, gpt2_grid_window
     charts = page.view.charts
     for plot in (charts.loss_plot, charts.lr_plot, charts.icl_plot, charts.grad_plot):  # drawn whole, not cut
         assert plot.getPlotItem().sceneBoundingRect().right() <= plot.viewport().width() + 1, plot
+
+
+def test_a_long_saved_message_is_elided_with_the_whole_text_in_its_tooltip(qtbot, gpt2_grid_window):
+    """Issue 27: "saved /home/…/ckpt.pt (nanoGPT's ckpt.pt: …)" was cut off at the status bar's
+    permanent fields with no way to read the rest; it ends in '…' and its tooltip is the whole text."""
+    from PySide6.QtCore import QEvent, QPoint
+    from PySide6.QtGui import QHelpEvent
+    from PySide6.QtWidgets import QApplication, QToolTip
+
+    window = gpt2_grid_window
+    text = ("saved /home/someone/projects/shakespeare-char/runs/2026-12-02/ckpt.pt "
+            "(nanoGPT's ckpt.pt: model, optimizer, model_args, iter_num)")
+    window.show_message(text)
+    qtbot.wait(50)
+    label = window.status_bar.message_label
+    assert window.statusBar().currentMessage() == text and label.isVisible()
+    assert label.is_elided() and label.width() < label.fontMetrics().horizontalAdvance(text)
+    QApplication.sendEvent(label, QHelpEvent(QEvent.Type.ToolTip, QPoint(2, 2), label.mapToGlobal(QPoint(2, 2))))
+    assert QToolTip.text() == text
+    QToolTip.hideText()
+    window.show_message("saved x.pt", 50)  # a timed message goes by itself
+    assert window.statusBar().currentMessage() == "saved x.pt" and not label.is_elided()
+    qtbot.waitUntil(lambda: window.statusBar().currentMessage() == "", timeout=5000)
