@@ -160,3 +160,11 @@ def flow_graph(contributions: FlowContributions, position: int = -1, threshold: 
     route = _route(edges, f"I{L - 1}_{pos}", float(threshold))
     return FlowGraph(edges=tuple(edges), route=route, position=pos, threshold=float(threshold), n_layer=L,
                      n_tokens=contributions.n_tokens, head_shares=attn, residual_shares=ares)
+
+
+def top_route_edges(graph: FlowGraph, k: int = 12) -> list[Edge]:
+    """The k strongest edges of the route that carry information between tokens (attention from
+    source j != target i), strongest first: the part of a route that changes as heads form (the
+    residual and MLP edges stay near their defaults and would fill any top-k)."""
+    across = [e for e in graph.route if e[1].startswith("A") and e[0].split("_")[1] != e[1].split("_")[1]]
+    return sorted(across, key=lambda e: -e[2])[:max(0, int(k))]

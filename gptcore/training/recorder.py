@@ -19,6 +19,10 @@ Each probe record (trace.py has its fields) holds, for one init scheme at one st
   the score needs thousands of tokens per window to be read to ~0.1 (64 windows at block 64: the
   probe's largest forward); the windows are the same at every step, so a change is the model's.
   "loss_by_position" gives the whole curve (binned to ≤ 64 points).
+- "routes": the information-flow route (interp/flow.py, issue 29) to the probe prompt's last token:
+  its ROUTE_EDGES strongest edges between tokens (attention from token j into token i != j), as
+  [src, dst, weight] on the route graph's node names, so a chart can follow e.g. the previous-token
+  -> induction route over steps. One forward plus the shares of a PROMPT_TOKENS-token prompt.
 - "sample": SAMPLE_TOKENS tokens continuing the prompt's first tokens, sampled at temperature 0.8
   with a fixed seed (the same draws every time, so only the model changes the text).
 
@@ -45,6 +49,8 @@ PROBE_ROWS = 8  # val windows for the residual norms
 ICL_TOKENS = 4096  # the ICL score's windows hold about this many tokens: 64 windows of 64, 8 of 512 ...
 ICL_ROWS = (8, 64)  # ... but never fewer or more windows than these
 SAMPLE_TOKENS = 48
+ROUTE_EDGES = 12  # the routes record keeps this many edges: a few hundred bytes per probe
+ROUTE_THRESHOLD = 0.04  # the route graph's threshold (flow_graph's default, the paper's)
 SAMPLE_PROMPT_TOKENS = 8
 SAMPLE_SEED = 0
 PROBE_STREAM = "probe"  # data.py's batches for probes come from a stream of their own
@@ -86,6 +92,7 @@ class Recorder:
                 "residual": self._residual(model, device),
                 "attention": self._attention(model, scheme, step, device),
                 "icl": self._icl(model, device),
+                "routes": self._routes(model, notes),
                 "sample": self._sample(model),
             }
             if notes:
@@ -111,6 +118,19 @@ class Recorder:
         stacked = torch.stack(patterns).detach().numpy()  # (L, nh, T, T)
         path = self.folder.save_attention(stacked, scheme, step)
         return {"file": self.folder.relative(path), "shape": list(stacked.shape), "tokens": self.prompt_text}
+
+    def _routes(self, model, notes: list) -> dict | None:
+        from gptcore.interp.flow import information_flow
+        from gptcore.interp.flow_graph import flow_graph, top_route_edges
+
+        try:
+            graph = flow_graph(information_flow(model, self.prompt), threshold=ROUTE_THRESHOLD)
+        except ValueError as exc:  # a post-LN model, a one-token prompt: the rest still says much
+            notes.append(f"no routes: {exc}")
+            return None
+        edges = [[src, dst, round(w, _DIGITS)] for src, dst, w in top_route_edges(graph, ROUTE_EDGES)]
+        return {"prompt": "".join(self.prompt_text), "position": graph.position, "threshold": ROUTE_THRESHOLD,
+                "edges": edges}
 
     def _icl(self, model, device) -> dict:
         logits = model(self.icl_x.to(device))  # (R', T, V)

@@ -22,7 +22,9 @@ non-finite number is written as null):
     probe          {"scheme", "step", "census": {score name: [[layer][head]]}, "residual": {"labels",
                     "norms"}, "attention": {"file": path relative to DIR of a .npy (L, nh, T, T) float16,
                     "shape", "tokens": [T strings]}, "icl": {"score", "early", "late", "early_positions",
-                    "late_positions", "loss_by_position": {"positions", "loss"}}, "sample": {"prompt",
+                    "late_positions", "loss_by_position": {"positions", "loss"}}, "routes": {"prompt", "position", "threshold",
+                    "edges": [[src, dst, weight], ...] the strongest cross-token edges of the route to the
+                    last token} or null, "sample": {"prompt",
                     "text"}, "seconds": cost of the probe, "notes": [why a part is null], only if any}
                    (recorder.py says how each is measured)
     checkpoint     {"scheme", "step", "path": the step's weights (relative to DIR), "latest": ckpt path}
