@@ -22,6 +22,8 @@ it recomputes it all. `--crop-step 1` measures the old exact crop (the window sl
 Then generation_ratio: greedy tokens/s of the generation pane (its own rate: tokens after the
 first over their time, streamed through the runner to the view) over gptcore's `generate` on
 the same model and prompt in this process, the same way (`gptcore.bench`'s decode loop).
+Beside each length within the window, the Routes panel's keystroke and threshold move
+(explorer/benches/routes.py; `--no-routes` skips them).
 The model has random weights of the chosen shape (timing does not depend on the values). The
 load average is printed: on a shared machine other processes move these numbers.
 """
@@ -203,6 +205,7 @@ def main(argv=None) -> int:
     p.add_argument("--crop-step", type=int, default=0,
                    help="past block_size, drop this many tokens at a time (0: the app's block_size/8; 1: exact crop)")
     p.add_argument("--json", action="store_true", help="print one JSON list instead of text")
+    p.add_argument("--no-routes", action="store_true", help="skip the Routes panel's keystroke and threshold (benches/routes.py)")
     p.add_argument("--train", action="store_true",
                    help="keystrokes and training it/s alone and together (explorer/benches/training.py)")
     p.add_argument("--train-threads", default="1,2", help="with --train: the training child's thread counts to try")
@@ -255,6 +258,15 @@ def main(argv=None) -> int:
         window = f" (window {row['window']}, slowest key {row['worst_ms']:.0f} ms)" if row["window"] < row["tokens"] else ""
         say(f"{row['tokens']:5d} tokens{window}: keystroke {row['keystroke_ms']:7.1f} ms{versus}   drawing {row['draw_ms']:6.1f} ms"
             f"   (debounce {row['debounce_ms']} ms; kept state {row['cache_mb']} MB)")
+        if not args.no_routes and row["window"] == row["tokens"]:  # beside this length's attention keystroke
+            from explorer.benches.routes import bench_routes
+
+            routes = bench_routes(app, session, runner, prompt_of(session, n), args.edits, _Waiter)
+            routes["routes_vs_attention"] = round(routes["routes_keystroke_ms"] / row["keystroke_ms"], 2)
+            rows.append(routes)
+            say(f"      routes: keystroke {routes['routes_keystroke_ms']:7.1f} ms ({routes['routes_vs_attention']}x "
+                f"attention's; information_flow {routes['routes_compute_ms']} ms)   threshold move "
+                f"{routes['threshold_ms']:.1f} ms ({routes['routes_edges']} edges)")
     if args.new_tokens:
         gen = bench_generation(app, session, runner, args.new_tokens)
         rows.append({"generation_ratio": gen["generation_ratio"]})

@@ -19,6 +19,7 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from explorer.controllers.base import PanelController
+from explorer.controllers.views import RoutesView
 from explorer.controllers.live import LiveRequest
 from explorer.session.events import ModelSwapped, TrainingStepShown
 from explorer.views.routes.panel import RoutesPanel
@@ -30,14 +31,14 @@ TASK_KEY = "routes"
 DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
 
 
-class RoutesController(PanelController):
+class RoutesController(PanelController[RoutesView]):
     """Connects a RoutesPanel to ctx.session.routes through ctx.runner (see module docstring)."""
 
     drawn = Signal(object)  # the RouteGraph just drawn (tests and the bench record every frame)
     view_class = RoutesPanel
     task_keys = (TASK_KEY, "routes-node", "routes-edge", "routes-rank", "routes-training")
 
-    def __init__(self, ctx, view: RoutesPanel, parent: QObject | None = None, debounce_ms: int = DEBOUNCE_MS):
+    def __init__(self, ctx, view: RoutesView, parent: QObject | None = None, debounce_ms: int = DEBOUNCE_MS):
         super().__init__(ctx, view, parent)
         panel = view
         self.result = None  # the RoutesResult whose graph is on screen
@@ -147,10 +148,6 @@ class RoutesController(PanelController):
         if graph is None or not 0 <= node < len(graph.names):
             return
         name = graph.names[node]
-        if name[0] in "XI":
-            self.view.set_detail(f"{name}: a residual-stream state (click an attention or MLP node for what its "
-                                 f"block writes)")
-            return
         session = self.ctx.session
         self.view.set_detail(f"{name}: reading what it writes…")
         self.submit("routes-node", lambda token, _p: session.routes.block_effect(result, name),

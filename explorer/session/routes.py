@@ -12,6 +12,7 @@ as `session.routes`.
 """
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -68,16 +69,16 @@ class RoutesDomain:
 
     # -- what a node writes ------------------------------------------------------------------------
     def block_effect(self, result: RoutesResult, node: str, top_k: int = TOP_TOKENS) -> BlockEffect:
-        """The output of block node `node` ("A3_7" attention, "M3_7" MLP) through the unembedding."""
+        """Node `node` (X0_j, A{l}_i, M{l}_i, I{l}_i) read through the final norm and unembedding."""
         from gptcore import block_logit_effect
 
         with self.core.lock:
             model = self.core.require_model()
             version = self.core.version
             effect = block_logit_effect(model, result.token_ids.tolist(), node, k=top_k)
-        promoted = tuple((self.core.token_strings([int(t)])[0], float(v)) for t, v in zip(effect.top_ids, effect.top_values))
-        suppressed = tuple((self.core.token_strings([int(t)])[0], float(v))
-                           for t, v in zip(effect.bottom_ids, effect.bottom_values))
+        names = self.core.token_strings
+        promoted = tuple(zip(names(effect.promoted_ids.tolist()), effect.promoted_logits.tolist()))
+        suppressed = tuple(zip(names(effect.suppressed_ids.tolist()), effect.suppressed_logits.tolist()))
         return BlockEffect(node=node, title=node_title(node, result.tokens), promoted=promoted,
                            suppressed=suppressed, version=version)
 
@@ -85,49 +86,58 @@ class RoutesDomain:
     def remove_edge(self, result: RoutesResult, graph: RouteGraph, edge: int) -> EdgeTest:
         """Re-run without the selected attention edge's strongest head reading its source token into
         its target position; Δ log p of the chosen token (the top-1 after the chosen position)."""
-        from gptcore import remove_edge_effect
-
         if not 0 <= edge < graph.n_edges or not graph.is_attention[edge]:
             raise ValueError("select an attention edge first (a line from one row up to the next 'attn' row): "
                              "only a head reading a token can be removed")
         head = int(np.argmax(graph.heads[edge]))
         layer = int(graph.node_layer[graph.dst[edge]])
         source, target = int(graph.node_pos[graph.src[edge]]), int(graph.node_pos[graph.dst[edge]])
+        if target > graph.position:
+            raise ValueError(f"that edge writes into position {target}, after the chosen position {graph.position}: "
+                             f"it cannot change that prediction; pick an edge at or before it (on the blue route)")
         with self.core.lock:
-            model = self.core.require_model()
+            self.core.require_model()
             version = self.core.version
-            delta = remove_edge_effect(model, result.token_ids.tolist(), layer, head, source, target,
-                                       position=graph.position, token=graph.target_id)
+            delta = self._removal(result, layer, head, source, target, graph.position, graph.target_id)
         return EdgeTest(layer=layer, head=head, source=source, target=target,
-                        route_weight=float(graph.heads[edge, head]), delta_logprob=float(delta),
+                        route_weight=float(graph.heads[edge, head]), delta_logprob=delta,
                         token_text=graph.target_text, version=version)
 
-    def head_ranking(self, result: RoutesResult, position: int = -1, cancel=None) -> HeadRanking:
-        """Every head's route weight into `position` beside the measured effect of removing its
-        whole update there (every source), one forward per head; Spearman's rank correlation."""
+    def _removal(self, result, layer: int, head: int, source: int, target: int, position: int, token: int) -> float:
+        """gptcore.remove_edge_effect on the prompt up to `position` (causal: later tokens cannot
+        change that prediction), the core's lock held by the caller."""
         from gptcore import remove_edge_effect
 
+        ids = result.token_ids[: position + 1].tolist()
+        return float(remove_edge_effect(self.core.model, ids, layer, head, source, target, token))
+
+    def head_ranking(self, result: RoutesResult, position: int = -1, cancel=None) -> HeadRanking:
+        """For every head into `position`: its strongest part (the source token it reads most) by
+        route share, beside the measured Δ log p of removing exactly that part (two forwards per
+        head); Spearman's rank correlation of share and −Δ."""
         position = check_position(position, result.n_tokens)
         L, nh = result.n_layer, result.n_head
-        route = result.attn[:, position].sum(axis=1).reshape(-1)  # (L*nh,) Σ_j attn[l, i, j, h]
+        shares = result.attn[:, position, : position + 1]  # (L, S, nh)
+        sources = shares.argmax(axis=1)  # (L, nh) the token each head reads most
         token = int(result.predicted_ids[position])
-        effect = np.zeros(L * nh)
+        route, effect, labels = np.zeros(L * nh), np.zeros(L * nh), []
         started = time.perf_counter()
         with self.core.lock:
-            model = self.core.require_model()
+            self.core.require_model()
             version = self.core.version
-            ids = result.token_ids.tolist()
             for k in range(L * nh):
                 if cancel is not None and cancel():
                     from gptcore.errors import Cancelled
 
                     raise Cancelled("the ranking was superseded")
                 layer, head = divmod(k, nh)
-                effect[k] = remove_edge_effect(model, ids, layer, head, None, position, position=position, token=token)
-        return HeadRanking(position=position, labels=tuple(f"L{l} H{h}" for l in range(L) for h in range(nh)),
-                           route=route, effect=effect, spearman=spearman(route, -effect),
-                           token_text=result.predicted_texts[position], version=version,
-                           elapsed_s=time.perf_counter() - started)
+                j = int(sources[layer, head])
+                route[k] = shares[layer, j, head]
+                effect[k] = self._removal(result, layer, head, j, position, position, token)
+                labels.append(f"L{layer} H{head} ← {result.tokens[j]!r}")
+        return HeadRanking(position=position, labels=tuple(labels), route=route, effect=effect,
+                           spearman=spearman(route, -effect), token_text=result.predicted_texts[position],
+                           version=version, elapsed_s=time.perf_counter() - started)
 
     # -- over training -------------------------------------------------------------------------------
     def over_training(self, top: int = 5):
@@ -154,6 +164,7 @@ def contributions_of(result: RoutesResult):
                              replaced_heads=tuple(result.replaced_heads))
 
 
+@functools.lru_cache(maxsize=1 << 16)  # the same few thousand names on every slider move
 def parse_node(name: str) -> tuple[int, int, int]:
     """'A3_7' -> (kind index, layer, position); 'X0_5' -> (0, 0, 5)."""
     kind, rest = name[0], name[1:]

@@ -171,3 +171,74 @@ def test_over_training_reads_the_routes_from_the_run_trace(qtbot, runner, tmp_pa
     chart = page.view.training_chart
     assert not chart.isHidden() and set(chart.series_names) == set(over.series)
     assert chart.marker.value() == 200  # the step shown
+
+
+def test_a_clicked_node_shows_what_its_block_writes(qtbot, page, tiny_session, runner):
+    from gptcore import block_logit_effect
+
+    c, view = page.controller, page.view
+    node = next(k for k, name in enumerate(c.graph.names) if name.startswith("A1_"))
+    view.graph.nodeClicked.emit(node)  # what a click on that node's dot emits
+    qtbot.waitUntil(lambda: "promotes" in view.detail.text(), timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: not runner.busy, timeout=WAIT_MS)
+    expected = block_logit_effect(tiny_session.model, c.result.token_ids.tolist(), c.graph.names[node], k=6)
+    top = tiny_session.token_strings([int(expected.promoted_ids[0])])[0]
+    assert "layer 1 attention" in view.detail.text() and f"{expected.promoted_logits[0]:+.2f}" in view.detail.text()
+    assert repr(top.replace(" ", "␣"))[1:-1] in view.detail.text() or repr(top)[1:-1] in view.detail.text()
+
+
+def test_removing_a_selected_edge_shows_the_measured_change_beside_its_weight(qtbot, page, tiny_session, runner):
+    from gptcore import remove_edge_effect
+
+    c, view = page.controller, page.view
+    g = c.graph
+    assert not view.remove_button.isEnabled()
+    edge = int(np.argmax(np.where(g.is_attention, g.heads.max(1), -1)))  # the strongest head part drawn
+    assert g.heads[edge].max() > 0
+    view.graph.edgeClicked.emit(edge)
+    assert view.remove_button.isEnabled()
+    view.remove_button.click()
+    qtbot.waitUntil(lambda: "Δ log p" in view.test_label.text(), timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: not runner.busy, timeout=WAIT_MS)
+    head = int(np.argmax(g.heads[edge]))
+    layer, j, i = int(g.node_layer[g.dst[edge]]), int(g.node_pos[g.src[edge]]), int(g.node_pos[g.dst[edge]])
+    delta = remove_edge_effect(tiny_session.model, c.result.token_ids.tolist(), layer, head, j, i, g.target_id)
+    text = view.test_label.text()
+    assert f"L{layer} H{head}" in text and f"{g.heads[edge, head]:.3f}" in text and f"{delta:+.3f}" in text
+
+
+def test_the_head_ranking_compares_route_shares_with_removal(qtbot, page, tiny_session, runner):
+    c, view = page.controller, page.view
+    view.rank_button.click()
+    qtbot.waitUntil(lambda: "Spearman" in view.rank_label.text(), timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: not runner.busy, timeout=WAIT_MS)
+    rows = view.table.row_texts()
+    n = c.result.n_layer * c.result.n_head
+    assert len(rows) == n
+    shares = [float(r[1]) for r in rows]
+    assert shares == sorted(shares, reverse=True) and sorted(int(r[2]) for r in rows) == list(range(1, n + 1))
+    ranking = tiny_session.routes.head_ranking(c.result, -1)
+    from explorer.session.routes import spearman
+
+    assert ranking.spearman == pytest.approx(spearman(ranking.route, -ranking.effect))
+    rho = "undefined" if np.isnan(ranking.spearman) else f"{ranking.spearman:+.2f}"
+    assert rho in view.rank_label.text()
+
+
+def test_the_bench_measures_the_routes_keystroke_beside_attentions():
+    """`python -m explorer.bench` gains the routes keystroke and the threshold move (values not asserted:
+    a shared machine moves them)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    done = subprocess.run([sys.executable, "-m", "explorer.benches.live", "--shape", "tiny", "--edits", "1",
+                           "--tokens", "32", "--new-tokens", "0", "--no-recompute", "--json"],
+                          cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    attention, routes = json.loads(done.stdout.strip().splitlines()[-1])
+    assert attention["tokens"] == routes["routes_tokens"] == 32
+    assert routes["routes_keystroke_ms"] > 0 and routes["threshold_ms"] > 0 and routes["routes_edges"] > 0
+    assert routes["routes_vs_attention"] == pytest.approx(routes["routes_keystroke_ms"] / attention["keystroke_ms"], rel=0.02)

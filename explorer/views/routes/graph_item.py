@@ -28,7 +28,10 @@ WIDTHS = (0.8, 1.6, 2.6, 3.8, 5.2, 7.0)  # pen width (px) per bucket
 ROUTE_COLOUR = QColor("#2563eb")  # the route to the chosen token
 OTHER_COLOUR = QColor(140, 140, 140, 110)  # edges above the threshold, off the route
 SELECTED_COLOUR = QColor("#dc2626")
-NODE_COLOURS = {KIND_X: "#6b7280", KIND_A: "#0072B2", KIND_M: "#E69F00", KIND_I: "#6b7280"}
+NODE_STYLES = {  # style -> (colour, size px, symbol); drawn in this order
+    "used": (QColor(150, 150, 150, 150), 5, "o"), "used-mlp": (QColor(150, 150, 150, 150), 5, "s"),
+    "route-token": ("#4b5563", 9, "o"), "route-attn": ("#0072B2", 9, "o"), "route-mlp": ("#E69F00", 8, "s"),
+}
 HOVER_PX = 6.0  # an edge within this many pixels of the pointer is hovered
 
 
@@ -66,19 +69,24 @@ class RouteGraphPlot(pg.PlotWidget):
         for on_route in (False, True):  # off-route first: the route is drawn on top
             for b, width in enumerate(WIDTHS):
                 colour = ROUTE_COLOUR if on_route else OTHER_COLOUR
-                item = pg.PlotCurveItem(pen=pg.mkPen(colour, width=width, cap=Qt.PenCapStyle.RoundCap))
+                item = pg.PlotCurveItem(pen=pg.mkPen(colour, width=width, cap=Qt.PenCapStyle.RoundCap),
+                                        antialias=on_route)  # off-route lines are many and grey: fast beats smooth
                 self.addItem(item)
                 self._buckets[(on_route, b)] = item
         self._selected = pg.PlotCurveItem(pen=pg.mkPen(SELECTED_COLOUR, width=4))
         self.addItem(self._selected)
-        self.nodes = pg.ScatterPlotItem(pxMode=True, hoverable=True)
-        self.addItem(self.nodes)
-        self.nodes.sigClicked.connect(self._on_node_clicked)
+        self._node_layers = {}  # one scatter per node style: uniform brushes keep setData fast
+        for style, (colour, size, symbol) in NODE_STYLES.items():
+            item = pg.ScatterPlotItem(pxMode=True, brush=pg.mkBrush(colour), size=size, symbol=symbol, pen=None)
+            item.sigClicked.connect(self._on_node_clicked)
+            self.addItem(item)
+            self._node_layers[style] = item
         self.scene().sigMouseMoved.connect(self._on_mouse_moved)
         self.scene().sigMouseClicked.connect(self._on_scene_clicked)
         self._xy0 = self._xy1 = np.zeros((0, 2))
         self._hovered = -1
         self._node_hit = False
+        self._ticks_for = None  # (tokens, n_layer) the axis ticks were set for
         self.drawn_edges = 0  # edges drawn now (tests read it)
         self.route_edges = 0
 
@@ -104,35 +112,38 @@ class RouteGraphPlot(pg.PlotWidget):
         self.select_edge(-1)
         self._hovered = -1
         T = len(tokens)
-        axis = self.getAxis("bottom")
-        axis.setTicks([[(i, visible_token(t)) for i, t in enumerate(tokens)]])
-        self.getAxis("left").setTicks([row_ticks(n_layer)])
+        if (tuple(tokens), n_layer) != self._ticks_for:  # re-laying out the axes costs more than the edges
+            self._ticks_for = (tuple(tokens), n_layer)
+            self.getAxis("bottom").setTicks([[(i, visible_token(t)) for i, t in enumerate(tokens)]])
+            self.getAxis("left").setTicks([row_ticks(n_layer)])
         if reset_view:
             self.setXRange(-0.6, max(T - 0.4, 0.6), padding=0)
             self.setYRange(-0.5, 2 * n_layer + 0.5, padding=0)
 
     def _draw_nodes(self, graph, x, y, src, dst, route) -> None:
-        used = np.zeros(len(x), dtype=bool)
-        used[src] = True
-        used[dst] = True
-        on_route = np.zeros(len(x), dtype=bool)
-        on_route[src[route]] = True
-        on_route[dst[route]] = True
+        """Nodes on the route in their kind's colour, other nodes with an edge grey, the rest faint."""
         kind = np.asarray(graph.node_kind)
-        brushes = [pg.mkBrush(NODE_COLOURS[int(k)] if r else QColor(160, 160, 160, 90)) for k, r in zip(kind, on_route)]
-        sizes = np.where(on_route, 9, np.where(used, 6, 3)).astype(float)
-        sizes[kind == KIND_M] *= 0.8
-        symbols = ["s" if k == KIND_M else "o" for k in kind]
-        self.nodes.setData(x=x, y=y, brush=brushes, size=sizes, symbol=symbols, pen=None, data=np.arange(len(x)))
+        used = np.zeros(len(x), dtype=bool)
+        used[src] = used[dst] = True
+        on_route = np.zeros(len(x), dtype=bool)
+        on_route[src[route]] = on_route[dst[route]] = True
+        masks = {"route-token": on_route & ((kind == KIND_X) | (kind == KIND_I)), "route-attn": on_route & (kind == KIND_A),
+                 "route-mlp": on_route & (kind == KIND_M), "used": used & ~on_route & (kind != KIND_M),
+                 "used-mlp": used & ~on_route & (kind == KIND_M)}
+        for style, item in self._node_layers.items():
+            keep = np.flatnonzero(masks[style])
+            item.setData(x=x[keep], y=y[keep], data=keep)
 
     def clear_graph(self) -> None:
         for item in self._buckets.values():
             item.setData([], [])
         self._selected.setData([], [])
-        self.nodes.setData([])
+        for item in self._node_layers.values():
+            item.setData([])
         self._xy0 = self._xy1 = np.zeros((0, 2))
         self.drawn_edges = self.route_edges = 0
         self.getAxis("bottom").setTicks([[]])
+        self._ticks_for = None
 
     def select_edge(self, index: int) -> None:
         """Outline edge `index` (-1: none)."""

@@ -142,8 +142,8 @@ class RoutesPanel(QWidget):
         self.test_label = QLabel("")
         self.test_label.setWordWrap(True)
         self.rank_button = QPushButton("Rank heads by removal")
-        self.rank_button.setToolTip("Remove each head's update at the chosen position (one forward per head) and "
-                                    "compare with its route weight")
+        self.rank_button.setToolTip("For every head into the chosen position, remove the part it reads most "
+                                    "(two forwards per head) and compare the measured effect with its route share")
         self.rank_button.clicked.connect(self.rankRequested)
         self.rank_label = QLabel("")
         self.rank_label.setWordWrap(True)

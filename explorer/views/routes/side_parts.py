@@ -12,10 +12,10 @@ SERIES_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#E69F00", "#CC79A7", "#56B4E
 
 
 class RankingTable(QTableWidget):
-    """One row per head into the chosen position: route weight and its rank, the measured Δ log-prob
-    of removing it and its rank (rank 1 = strongest). Sorted by route weight."""
+    """One row per head into the chosen position (the part it reads most): route share and its rank,
+    the measured Δ log-prob of removing that part and its rank (rank 1 = strongest). Sorted by share."""
 
-    HEADERS = ("head", "route", "rank", "Δ log p", "rank")
+    HEADERS = ("head ← token", "share", "rank", "Δ log p", "rank")
 
     def __init__(self, parent=None):
         super().__init__(0, len(self.HEADERS), parent)
@@ -23,11 +23,13 @@ class RankingTable(QTableWidget):
         self.verticalHeader().hide()
         self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
-        self.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
-        self.setToolTip("Route weight: the head's share of what position reads from earlier tokens (one forward).\n"
-                        "Δ log p: the chosen token's log-probability change when the head's whole update at that "
-                        "position is removed (one forward per head).\nRank 1 = strongest; close ranks = the cheap "
-                        "picture and the causal one agree.")
+        header = self.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.setToolTip("Share: the head's part (reading that token) in the chosen position's attention block, "
+                        "from the one forward of the routes.\nΔ log p: the chosen token's log-probability change "
+                        "when exactly that part is removed and the model re-run.\nRank 1 = strongest; close ranks = "
+                        "the cheap picture and the causal one agree.")
 
     def set_rows(self, labels, route, effect) -> None:
         """`labels` (n,), `route` (n,) weights, `effect` (n,) Δ log-prob (strongest = most negative)."""
