@@ -23,6 +23,7 @@ import torch
 
 from gptcore.model.config import GPTConfig
 from gptcore.training.config import TrainConfig
+from gptcore.training.data import nanogpt_dataset
 from gptcore.training.recorder import Recorder
 from gptcore.training.run import RunFolder
 from gptcore.training.setup import RunPlan
@@ -97,9 +98,12 @@ class TrainingRun:
             "probe_interval": plan.probe_interval, "preset": plan.preset,
             "max_time": plan.max_time, "checkpoints": {s: self.folder.ckpt(s, plan.schemes).name for s in plan.schemes},
         }
-        self.meta = self.folder.start(meta, resume=plan.resume, step=self.start_step)
-        if not plan.resume:
+        continued = plan.resume and self.folder.exists()  # else a new run.json (nanoGPT's out_dir has none)
+        self.meta = self.folder.start(meta, resume=continued, step=self.start_step)
+        if not continued:
             self.corpus.save_vocab(self.folder.root)
+        # config['dataset'] of every checkpoint; a text's nanoGPT data folder is written into the run
+        self.dataset = nanogpt_dataset(self.corpus, plan.corpus_source, self.folder.root, plan.preset)
         self.writer = TraceWriter(self.folder.trace)
         self.recorder = Recorder(self.folder, self.corpus, self.block_size, self.cfg.seed)
         self.writer.write("start", run=self.meta["run"], schemes=list(plan.schemes), step=self.start_step,
@@ -216,7 +220,7 @@ class TrainingRun:
     def _checkpoint(self, it: int, keep: bool) -> None:
         for scheme, trainer in self.trainers.items():
             latest = self.folder.ckpt(scheme, self.plan.schemes)
-            trainer.save(latest)
+            trainer.save(latest, corpus=self.corpus, dataset=self.dataset)
             fields = {"latest": latest.name}
             if keep:
                 fields["path"] = self.folder.relative(self.folder.save_step_weights(trainer.model, scheme, it))

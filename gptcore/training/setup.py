@@ -77,7 +77,11 @@ def plan_run(settings: Settings, argv: list[str], where: Place | None = None) ->
     folder = RunFolder(run["out_dir"])
     resume = run["init_from"] == "resume"
     if resume:
-        meta = folder.read_meta()
+        from gptcore.training.nanogpt_resume import is_nanogpt_out_dir, nanogpt_run_meta
+
+        # nanoGPT's own out_dir (ckpt.pt, no run.json): its checkpoint says what a run.json would
+        meta = (nanogpt_run_meta(folder, run["data"] if "data" in given else None) if is_nanogpt_out_dir(folder)
+                else folder.read_meta())
         if settings.model:
             name = next(iter(settings.model))
             raise UsageError(f"--{name}: a resumed run's model comes from its checkpoint; drop the model settings "
