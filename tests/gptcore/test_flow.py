@@ -179,10 +179,12 @@ def test_graph_refuses_bad_position_and_threshold(tmp_path):
         gptcore.flow_graph(flow).head_weights("A0_1", "M0_1")
 
 
-def test_ablated_head_sits_at_the_floor_and_downstream_is_recomputed(tmp_path):
+@pytest.mark.parametrize("mode", ["zero", "mean"])
+def test_ablated_head_sits_at_the_floor_and_downstream_is_recomputed(tmp_path, mode):
     _, ours = saved_pair(tmp_path)
     clean = information_flow(ours, IDS)
-    with gptcore.ablate(ours, heads=[(1, 2)]):
+    reference = None if mode == "zero" else [IDS[::-1], IDS[3:]]
+    with gptcore.ablate(ours, heads=[(1, 2)], mode=mode, reference=reference):
         ablated = information_flow(ours, IDS)
     assert ablated.replaced_heads == ((1, 2),) and clean.replaced_heads == ()
     head = ablated.attn[1, :, :, 2]  # (T, T): in each row every source at the same floor value
