@@ -9,7 +9,6 @@ controller does the work. No torch, no gptcore.
 from __future__ import annotations
 
 import csv
-import math
 from typing import Sequence
 
 import numpy as np
@@ -17,6 +16,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit,
                                QProgressBar, QPushButton, QScrollArea, QSpinBox, QTabBar, QVBoxLayout, QWidget)
 
+from explorer.views.residual.captions import caption_text
 from explorer.views.residual.plot import Curve, SchemePlot, scheme_colour
 
 SCHEME_NOTES = {
@@ -48,6 +48,15 @@ def _spin(low: int, high: int, value: int, tip: str, step: int = 1) -> QSpinBox:
     return box
 
 
+def _combo(items: Sequence[tuple[str, str]], tip: str = "") -> QComboBox:
+    """A combo box of (text, data) items."""
+    box = QComboBox()
+    for text, data in items:
+        box.addItem(text, data)
+    box.setToolTip(tip)
+    return box
+
+
 class ResidualPanel(QWidget):
     runRequested = Signal(dict)  # settings(): what to measure
     cancelRequested = Signal()
@@ -71,8 +80,21 @@ class ResidualPanel(QWidget):
 
     # -- construction --------------------------------------------------------------------
     def _build_controls(self) -> None:
+        """The settings column, group by group, in a scroll area that never takes the plot's width."""
         column = QWidget()
         lay = QVBoxLayout(column)
+        for group in (self._build_shape_group(), self._build_architecture_group(), self._build_prompts_group(),
+                      self._build_measure_group(), self._build_schemes_group(), self._build_look_group()):
+            lay.addWidget(group)
+        lay.addStretch(1)
+        self._connect_measurement_edits()
+        self.controls_scroll = QScrollArea()
+        self.controls_scroll.setWidget(column)
+        self.controls_scroll.setWidgetResizable(True)
+        self.controls_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.controls_scroll.setMinimumWidth(min(column.sizeHint().width(), 280) + 24)  # narrow windows: fields shrink, not the plot
+
+    def _build_shape_group(self) -> QGroupBox:
         shape = QGroupBox("Model shape (fresh random weights)")
         form = QFormLayout(shape)
         self.layers_box = _spin(1, 512, 12, "n_layer: try 48 to see the growth clearly")
@@ -91,47 +113,56 @@ class ResidualPanel(QWidget):
         row.addWidget(self.model_shape_button)
         row.addWidget(self.deep_button)
         form.addRow(row)
-        lay.addWidget(shape)
+        return shape
 
+    def _build_architecture_group(self) -> QGroupBox:
         teach = QGroupBox("Architecture")
-        tform = QFormLayout(teach)
-        self.ln_box = QComboBox()
-        self.ln_box.addItem("pre-LN (GPT-2)", "pre")
-        self.ln_box.addItem("post-LN (2017)", "post")
-        self.ln_box.setToolTip("pre-LN: x + f(LN(x)), GPT-2's. post-LN: LN(x + f(x)), the original Transformer's")
-        self.norm_box = QComboBox()
-        self.norm_box.addItem("LayerNorm (GPT-2)", "layernorm")
-        self.norm_box.addItem("RMSNorm (Llama)", "rmsnorm")
-        self.norm_box.setToolTip("LayerNorm subtracts the mean and divides by the spread; RMSNorm only divides by "
-                                 "the root mean square (no mean, no bias)")
+        form = QFormLayout(teach)
+        self.ln_box = _combo((("pre-LN (GPT-2)", "pre"), ("post-LN (2017)", "post")),
+                             "pre-LN: x + f(LN(x)), GPT-2's. post-LN: LN(x + f(x)), the original Transformer's")
+        self.norm_box = _combo((("LayerNorm (GPT-2)", "layernorm"), ("RMSNorm (Llama)", "rmsnorm")),
+                               "LayerNorm subtracts the mean and divides by the spread; RMSNorm only divides by "
+                               "the root mean square (no mean, no bias)")
         self.residual_box = QCheckBox("residual connections")
         self.residual_box.setChecked(True)
         self.residual_box.setToolTip("Off: each block's output replaces the stream instead of adding to it")
         self.compare_box = QCheckBox("also the other setting, dashed")
         self.compare_box.setToolTip("Measure with AND without residual connections; the other setting is drawn "
                                     "dashed in each scheme's colour (twice the work)")
-        tform.addRow("Placement", self.ln_box)
-        tform.addRow("Norm", self.norm_box)
-        tform.addRow(self.residual_box)
-        tform.addRow(self.compare_box)
-        lay.addWidget(teach)
+        form.addRow("Placement", self.ln_box)
+        form.addRow("Norm", self.norm_box)
+        form.addRow(self.residual_box)
+        form.addRow(self.compare_box)
+        return teach
 
+    def _build_prompts_group(self) -> QGroupBox:
         prompts = QGroupBox("Prompts and seeds")
-        pform = QFormLayout(prompts)
+        form = QFormLayout(prompts)
         self.batch_box = _spin(1, 64, 4, "prompts per step")
         self.length_box = _spin(1, 4096, 64, "tokens per prompt")
         self.seeds_box = _spin(1, 20, 3, "seeds 0..K-1: the band shows the spread over them")
         self.text_box = QLineEdit()
         self.text_box.setPlaceholderText("random tokens (or type a prompt)")
         self.text_box.setToolTip("Empty: uniformly random token ids. Text: its tokens, as one prompt")
-        pform.addRow("Batch", self.batch_box)
-        pform.addRow("Length", self.length_box)
-        pform.addRow("Seeds", self.seeds_box)
-        pform.addRow("Text", self.text_box)
-        lay.addWidget(prompts)
+        form.addRow("Batch", self.batch_box)
+        form.addRow("Length", self.length_box)
+        form.addRow("Seeds", self.seeds_box)
+        form.addRow("Text", self.text_box)
+        return prompts
 
+    def _build_measure_group(self) -> QGroupBox:
+        measure = QGroupBox("Measure (applies on Run)")
+        form = QFormLayout(measure)
+        self.metric_box = _combo((("L2 norm ‖x‖₂", "l2"), ("RMS ‖x‖₂/√width", "rms")))
+        self.quantity_box = _combo((("‖∂L/∂θ‖ of each block's weights", "params"),
+                                    ("‖∂L/∂x‖ at each block's input", "stream")))
+        form.addRow("Norm", self.metric_box)
+        form.addRow("Gradient", self.quantity_box)
+        return measure
+
+    def _build_schemes_group(self) -> QGroupBox:
         shown = QGroupBox("Init schemes")
-        sl = QVBoxLayout(shown)
+        column = QVBoxLayout(shown)
         self.scheme_boxes: dict[str, QCheckBox] = {}
         for i, name in enumerate(self.schemes):
             box = QCheckBox(name)
@@ -139,34 +170,23 @@ class ResidualPanel(QWidget):
             box.setToolTip(SCHEME_NOTES.get(name, ""))
             box.setStyleSheet(f"QCheckBox {{ color: {scheme_colour(name, i)}; font-weight: bold; }}")
             box.toggled.connect(self._redraw)
-            sl.addWidget(box)
+            column.addWidget(box)
             self.scheme_boxes[name] = box
-        lay.addWidget(shown)
+        return shown
 
-        measure = QGroupBox("Measure (applies on Run)")
-        mform = QFormLayout(measure)
-        self.metric_box = QComboBox()
-        self.metric_box.addItem("L2 norm ‖x‖₂", "l2")
-        self.metric_box.addItem("RMS ‖x‖₂/√width", "rms")
-        self.quantity_box = QComboBox()
-        self.quantity_box.addItem("‖∂L/∂θ‖ of each block's weights", "params")
-        self.quantity_box.addItem("‖∂L/∂x‖ at each block's input", "stream")
-        mform.addRow("Norm", self.metric_box)
-        mform.addRow("Gradient", self.quantity_box)
-        lay.insertWidget(lay.indexOf(prompts) + 1, measure)
-
+    def _build_look_group(self) -> QGroupBox:
         look = QGroupBox("Plot (applies at once)")
-        lform = QFormLayout(look)
-        self.spread_box = QComboBox()
-        self.spread_box.addItem("min–max over seeds", "minmax")
-        self.spread_box.addItem("± 1 std over seeds", "std")
+        form = QFormLayout(look)
+        self.spread_box = _combo((("min–max over seeds", "minmax"), ("± 1 std over seeds", "std")))
         self.spread_box.currentIndexChanged.connect(self._redraw)
         self.log_box = QCheckBox("log y")
         self.log_box.toggled.connect(self._redraw)
-        lform.addRow("Band", self.spread_box)
-        lform.addRow(self.log_box)
-        lay.addWidget(look)
-        lay.addStretch(1)
+        form.addRow("Band", self.spread_box)
+        form.addRow(self.log_box)
+        return look
+
+    def _connect_measurement_edits(self) -> None:
+        """Every control a result depends on says so (the plot shown may now be out of date)."""
         for spin in (self.layers_box, self.width_box, self.heads_box, self.batch_box, self.length_box, self.seeds_box):
             spin.valueChanged.connect(self.measurementEdited)
         for combo in (self.ln_box, self.norm_box, self.metric_box, self.quantity_box):
@@ -174,11 +194,6 @@ class ResidualPanel(QWidget):
         for box in (self.residual_box, self.compare_box):
             box.toggled.connect(self.measurementEdited)
         self.text_box.textChanged.connect(self.measurementEdited)
-        self.controls_scroll = QScrollArea()
-        self.controls_scroll.setWidget(column)
-        self.controls_scroll.setWidgetResizable(True)
-        self.controls_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.controls_scroll.setMinimumWidth(min(column.sizeHint().width(), 280) + 24)  # narrow windows: fields shrink, not the plot
 
     def _build_plot(self) -> None:
         self.plot_column = QVBoxLayout()
@@ -335,57 +350,8 @@ class ResidualPanel(QWidget):
                        y_label=data["y_label"] if data and data["y_label"] else y_text, title=title, detail=detail,
                        reference=reference if data else None,
                        comparison_label=data["comparison_label"] if data else "")
-        self.caption.setText(self._caption(data) if data else "")
-
-    def _caption(self, data: dict) -> str:
-        """The figures that carry the lesson, for the curves shown, and what they mean
-        under the architecture they were measured on (never a claim the data contradict)."""
-        ctx = data["context"]
-        shown = [(name, data["values"][s].mean(axis=0)) for s, name in enumerate(data["schemes"])
-                 if name in self.scheme_boxes and self.scheme_boxes[name].isChecked()]
-        if not shown:
-            return "No scheme ticked: tick one on the left."
-        if self.current_view == "norms":
-            figures = ", ".join(f"{n} ×{m[-1] / m[0]:.3g}" if m[0] > 0 else f"{n} —" for n, m in shown)
-            text = f"<b>Growth from embedding to the last block</b> (final ÷ embedding): {figures}."
-            means = dict(shown)
-            n_layer = ctx.get("n_layer")
-            if ctx.get("residual", True) and ctx.get("ln_placement") == "pre":
-                if "gpt2" in means and "gpt2-unscaled" in means and n_layer:
-                    ratio = means["gpt2-unscaled"][-1] / means["gpt2"][-1]
-                    text += (f" Last layer, gpt2-unscaled ÷ gpt2 = {ratio:.3g}: the blocks' writes alone differ by "
-                             f"√(2·{n_layer}) = {math.sqrt(2 * n_layer):.3g}, the embedding is common to both.")
-                text += (" Every block <i>adds</i> two writes to the stream, so their variances pile up; GPT-2 draws "
-                         "those writes (attn/mlp c_proj) √(2·n_layer) times smaller, so all 2·n_layer sum to O(1).")
-            elif not ctx.get("residual", True):
-                text += (" Without residual connections nothing accumulates: each block's output <i>replaces</i> the "
-                         "stream, and GPT-2's down-scaled writes shrink it block after block.")
-            else:
-                text += " Post-LN ends every block with a LayerNorm, so the stream is re-normalised to √width each time."
-            return text
-        figures = ", ".join(f"{n} {m[0] / m[-1]:.2g}" if m[-1] > 0 else f"{n} —" for n, m in shown)
-        text = (f"<b>Gradient at the first block ÷ at the last</b>: {figures}. ≈ 1: early blocks learn as fast as "
-                "late ones; ≪ 1: they starve; ≫ 1: they get more.")
-        if data["comparison"] is not None:
-            other = [(n, data["comparison"][data["schemes"].index(n)].mean(axis=0)) for n, _m in shown]
-            text += " <b>Dashed</b> (" + data["comparison_label"] + "): " + ", ".join(
-                f"{n} {m[0] / m[-1]:.2g}" if m[-1] > 0 else f"{n} —" for n, m in other) + "."
-        residual = ctx.get("residual", True)
-        without = data["values"] if not residual else data["comparison"]  # the no-shortcut set, if measured
-        if without is not None:
-            means = [without[data["schemes"].index(n)].mean(axis=0) for n, _m in shown]
-            ratios = [m[0] / m[-1] for m in means if m[-1] > 0]
-            if ratios and min(ratios) < 1e-3:
-                text += (" Without shortcuts the gradient to block 0 is a product of every later block's Jacobian; "
-                         "it vanishes here where the forward signal itself dies (see the norm view).")
-            else:
-                text += (" A LayerNorm in every block re-normalises the signal both ways, so removing the "
-                         "shortcuts alone does not starve block 0 here; narrow the model (width 64, gpt2 scheme) to "
-                         "see signal and gradient die.")
-        if (residual or data["comparison"] is not None) and ctx.get("ln_placement") == "pre":
-            text += (" With shortcuts, pre-LN divides each block's input by the stream's scale, so where the stream "
-                     "grows (unscaled schemes) late blocks get less gradient; gpt2's scaling keeps it even.")
-        return text
+        ticked = [name for name in self.schemes if self.scheme_boxes[name].isChecked()]
+        self.caption.setText(caption_text(self.current_view, data, ticked) if data else "")
 
     # -- export ------------------------------------------------------------------------------
     def export_csv(self, path: str) -> None:
