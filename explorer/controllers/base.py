@@ -94,6 +94,13 @@ class PanelController(QObject):
         """Put the keyboard focus where a user starts (File → New model focuses the config form)."""
         self.view.setFocus()
 
+    def open_run(self, path: str | None = None) -> None:
+        """File → Open run…, Recent runs, --run: a panel that follows training runs opens the run
+        folder `path` (None: it asks for one). Others ignore it."""
+
+    def use_config(self, config: dict) -> None:
+        """The Config panel's "Train this config…": a panel that trains takes this model config."""
+
     # -- services for subclasses ------------------------------------------------------------------
     def mark_ready(self) -> None:
         if not self._ready_sent:
@@ -111,16 +118,18 @@ class PanelController(QObject):
 
         return current
 
-    def submit(self, key: str, work, **callbacks) -> int:
+    def submit(self, key: str, work, *, still_current=None, **callbacks) -> int:
         """`ctx.runner.submit` with the state this request is computed for (`state_now()`):
         its result (or error) is dropped by the runner if the session moved on before it
         arrived (the event that moved it asks for a new one), so no controller compares
-        versions by hand."""
-        return self.ctx.runner.submit(key, work, current=self.state_now(), **callbacks)
+        versions by hand. Work that does not depend on the session's state, or changes it
+        itself (reading a run folder, showing a training step), passes `still_current`: the
+        predicate its result is kept under instead (say, "the same run is still followed")."""
+        return self.ctx.runner.submit(key, work, current=still_current or self.state_now(), **callbacks)
 
     # -- exports: the one entry point ---------------------------------------------------------------
     FILE_FILTERS = {"png": "PNG image (*.png)", "svg": "SVG image (*.svg)", "csv": "CSV (*.csv)",
-                    "npz": "NumPy archive (*.npz)"}
+                    "npz": "NumPy archive (*.npz)", "pt": "nanoGPT checkpoint (*.pt)"}
 
     def export_with_dialog(self, suggested_name: str, write, show_error) -> None:
         """Ask where (in the folder last used), then `export_to`. The filter follows the suggested
@@ -179,3 +188,9 @@ class PanelPage(QWidget):
 
     def focus_form(self) -> None:
         self.controller.focus_form()
+
+    def open_run(self, path: str | None = None) -> None:
+        self.controller.open_run(path)
+
+    def use_config(self, config: dict) -> None:
+        self.controller.use_config(config)

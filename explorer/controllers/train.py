@@ -1,50 +1,57 @@
 """Train controller: starts `python -m gptcore.train` as a child, follows its run folder, and puts
 the step the user scrubs to into the session so every other panel shows the model as it was then.
 
-Following: a run folder is read by explorer/session/training_follow.py. Opening one reads its whole trace
-once in a worker (a finished run's trace can be megabytes); after that a QTimer polls every
-POLL_MS on the GUI thread, which reads only what was appended since (a few KB). A folder deleted
-or damaged while followed shows the reader's message above the charts and keeps them.
+It only wires its view (the `TrainView` protocol, explorer/controllers/views.py) to the session's
+training domain (`session.training`, explorer/session/training.py) and the child process
+(explorer/runtime/train_process.py). Following: opening a run folder reads its whole trace once in
+a worker (a finished run's trace can be megabytes); after that a QTimer polls every POLL_MS on the
+GUI thread, which reads only what was appended since (a few KB). A folder deleted or damaged while
+followed shows the reader's message above the charts and keeps them.
 
-Scrubbing: a step's weights load in a worker (explorer/session/training_models.py) under one runner key,
-so a fast drag keeps only the last step; the session then announces a TrainingStepShown (or a
-ModelSwapped, the first time) and the window's status bar says which step is shown.
+Scrubbing: a step's weights load in a worker under one runner key, so a fast drag keeps only the
+last step; the session then announces a TrainingStepShown (or a ModelSwapped, the first time) and
+the window's status bar, badge and banner describe that step. Every task goes through
+`PanelController.submit`; saving goes through the one export entry point (`export_with_dialog`).
 """
 from __future__ import annotations
-
-import shutil
-from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QFileDialog
 
-from explorer.views.train.panel import TrainPanel
-from explorer.session.events import ModelSwapped
-from explorer.runtime.train_process import TrainProcess
-from explorer.session.training_follow import RunFollower, RunFollowError, new_run_dir, remember_run
 from explorer.controllers.base import PanelController
-from explorer.controllers.train_settings import command_settings, form_defaults, induction_preset_available, preset_values, run_form_values
+from explorer.controllers.train_settings import (command_settings, form_defaults, induction_preset_available,
+                                                 preset_values, run_form_values)
+from explorer.controllers.views import TrainView
+from explorer.runtime.train_process import TrainProcess
+from explorer.session.events import ModelSwapped
+from explorer.session.training import is_run_model, step_name
+from explorer.session.training_runs import RunFollower, RunFollowError, new_run_dir, remember_run
 
 POLL_MS = 500
 OPEN_KEY = "train-open"
 STEP_KEY = "train-step"
 USE_KEY = "train-use"
-SAVE_KEY = "train-save"
 CENSUS_SHOWN = ("previous_token", "induction", "position_copy")
+SHAPE_FIELDS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "dropout")
 
 
 class TrainController(PanelController):
+    task_keys = (OPEN_KEY, STEP_KEY, USE_KEY)
+
     @classmethod
-    def make_view(cls, ctx) -> TrainPanel:
+    def make_view(cls, ctx) -> TrainView:
         from gptcore.model.init import INIT_SCHEMES
 
+        from explorer.views.train.panel import TrainPanel
+
         view = TrainPanel(INIT_SCHEMES)
-        view.form.set_values(form_defaults("cpu"))
-        view.form.set_corpora({"induction": induction_preset_available()})
+        view.set_form_values(form_defaults("cpu"))
+        view.set_corpora({"induction": induction_preset_available()})
         return view
 
-    def __init__(self, ctx, view: TrainPanel, parent: QObject | None = None):
+    def __init__(self, ctx, view: TrainView, parent: QObject | None = None):
         super().__init__(ctx, view, parent)
+        self.view: TrainView = view
         self.follower: RunFollower | None = None
         self.process = TrainProcess(self)
         self.process.finished.connect(self._process_finished)
@@ -52,30 +59,32 @@ class TrainController(PanelController):
         self.shown: tuple[str, str, int] | None = None  # (run, scheme, step) the session shows
         self.follow_session = False  # True once the user put a step of this run into the session
         self.extra_model: dict = {}  # config fields beyond the form's, from "Train this config…"
-        self._step_requested: tuple[str, int] | None = None
+        self._exit: int | None = None  # the exit status of the child that wrote the followed run
+        self._stopping = False
+        self._step_wanted: tuple[str, int] | None = None  # the step asked for last (loading, or shown)
+        self._run_id = 0  # one more for each run started or opened: an older open's result is dropped
         self.timer = QTimer(self)
         self.timer.setInterval(POLL_MS)
         self.timer.timeout.connect(self.poll)
-        form = view.form
-        form.startRequested.connect(self.start)
-        form.stopRequested.connect(self.stop)
-        form.pauseRequested.connect(self.pause)
-        form.resumeRequested.connect(self.resume)
-        form.openRunRequested.connect(self.open_run_dialog)
-        form.presetRequested.connect(lambda name: form.set_values(form_defaults(name)))
-        form.browseRequested.connect(self._browse)
-        form.corpusChanged.connect(lambda kind: kind == "induction" and form.set_values(preset_values("induction")))
-        form.modelFromSessionRequested.connect(self.use_session_shape)
-        view.charts.censusSchemeChanged.connect(lambda _name: self.draw())
-        view.stepChosen.connect(self.choose_step)
-        view.latestRequested.connect(self.follow_latest)
-        view.useModelRequested.connect(self.use_final_model)
-        view.saveRequested.connect(self.save_checkpoint)
+        for signal, slot in ((view.startRequested, self.start), (view.stopRequested, self.stop),
+                             (view.pauseRequested, self.pause), (view.resumeRequested, self.resume),
+                             (view.openRunRequested, self.open_run), (view.browseRequested, self._browse),
+                             (view.modelFromSessionRequested, self.use_session_shape),
+                             (view.stepChosen, self.choose_step), (view.latestRequested, self.follow_latest),
+                             (view.useModelRequested, self.use_final_model), (view.saveRequested, self.save_checkpoint),
+                             (view.censusSchemeChanged, lambda _name: self.draw())):
+            signal.connect(slot)
+        view.presetRequested.connect(lambda name: view.set_form_values(form_defaults(name)))
+        view.corpusChanged.connect(lambda kind: kind == "induction" and view.set_form_values(preset_values(kind)))
         run = getattr(ctx, "run", None)
         if run:
             self.open_run(run)
         else:
             QTimer.singleShot(0, self.mark_ready)  # an empty panel is its own first data
+
+    @property
+    def training(self):
+        return self.ctx.session.training
 
     # -- starting and stopping ---------------------------------------------------------------------
     def start(self, values: dict) -> None:
@@ -85,72 +94,99 @@ class TrainController(PanelController):
             self.view.set_message(str(exc))
             return
         out_dir = new_run_dir()
+        self._run_id += 1
         try:
             out_dir.parent.mkdir(parents=True, exist_ok=True)
             self.process.start(str(out_dir), settings)
         except (OSError, RuntimeError) as exc:
             self.view.set_message(self.report_error(exc, "Could not start the training").inline)
             return
-        self._follow(RunFollower(out_dir))
-        self.view.form.set_running(True)
+        self._follow(self.training.follow(out_dir))
+        self._exit, self._stopping = None, False
+        self.view.set_running(True)
+        self.draw()
         self.view.set_status(f"starting: {' '.join(self.process.command[1:])}")
 
     def start_with(self, overrides: dict) -> None:
         """Start with the form's values changed by `overrides` (tests, 'Train this config…')."""
-        self.view.form.set_values(overrides)
-        self.start({**self.view.form.values(), **{k: v for k, v in overrides.items() if k in ("corpus", "path")}})
+        self.view.set_form_values(overrides)
+        self.start(self.view.form_values())
 
     def stop(self) -> None:
-        self.view.set_status("stopping: the run saves a checkpoint first…")
+        self._stopping = True
         self.process.stop()
+        self.draw()
+        self.view.set_status("stopping: the run saves a checkpoint first…")
 
     def pause(self) -> None:
         self.process.pause()
-        self.view.form.set_running(True, paused=True)
+        self.view.set_running(True, paused=True)
+        self.draw()
         self.view.set_status("paused (the child process is stopped; Resume continues it)")
 
     def resume(self) -> None:
         self.process.resume()
-        self.view.form.set_running(True, paused=False)
+        self.view.set_running(True, paused=False)
+        self.draw()
 
     def _process_output(self, line: str) -> None:
         if line.startswith("error:"):
             self.view.set_message(line[len("error:"):].strip())
 
     def _process_finished(self, code: int, tail: str) -> None:
-        self.view.form.set_running(False)
+        self._exit = code
+        self.view.set_running(False)
         if code not in (0, 130):
             errors = [line for line in tail.splitlines() if line.startswith("error:")]
             why = errors[-1][len("error:"):].strip() if errors else (tail.splitlines() or ["no output"])[-1]
             self.view.set_message(f"the training stopped with exit status {code}: {why}")
         self.poll()
+        self.draw()
         if self.follower is not None and self.follower.state == "waiting":
             self.timer.stop()  # it never wrote its run folder: nothing more will come
 
+    def state_word(self) -> str:
+        """The run's state in one word, from the child process when it is ours, else from the trace."""
+        f = self.follower
+        if self.process.running:
+            if self.process.paused:
+                return "paused"
+            return "stopping…" if self._stopping else ("starting" if f is None or f.state == "waiting" else "running")
+        if f is not None and self._exit is not None and not f.finished:
+            if f.state == "waiting":
+                return "refused" if self._exit == 2 else "failed"
+            return "stopped" if self._exit in (0, 130) else "failed"
+        return {"waiting": "waiting for the run to start", "running": "running", "done": "finished",
+                "stopped": "stopped", "error": "failed"}[f.state] if f is not None else "no run"
+
     # -- following a run folder -----------------------------------------------------------------------
-    def open_run_dialog(self) -> None:
-        start = str(self.follower.root.parent) if self.follower else ""
-        path = QFileDialog.getExistingDirectory(self.view, "Open a training run folder", start)
-        if path:
-            self.open_run(path)
+    def open_run(self, path: str | None = None) -> None:
+        """Follow (or replay) the run folder `path` (None: ask for it); its whole trace is read once
+        in a worker."""
+        if not path:
+            start = str(self.follower.root.parent) if self.follower else ""
+            path = QFileDialog.getExistingDirectory(self.view, "Open a training run folder", start)
+            if not path:
+                return
+        self.view.set_status(f"reading {path}…")
+        training, self._run_id = self.training, self._run_id + 1
+        run_id = self._run_id
+        self.submit(OPEN_KEY, lambda token, progress: training.open(path), still_current=lambda: self._run_id == run_id,
+                    on_result=self._opened, on_error=lambda exc: self._open_failed(path, exc))
 
-    def open_run(self, path) -> None:
-        """Follow (or replay) the run folder `path`; its whole trace is read once in a worker."""
-        follower = RunFollower(path)
-        self.view.set_status(f"reading {follower.root}…")
+    def _opened(self, follower: RunFollower) -> None:
+        if self.process.running and self.follower is not None and follower.root != self.follower.root:
+            self.view.set_message("a training is running here: stop it before opening another run")
+            return
+        if self.follower is None or follower.root != self.follower.root:
+            self._exit = None
+        self._follow(follower)
 
-        def read(token, progress):
-            follower.poll()
-            return follower
-
-        self.ctx.runner.submit(OPEN_KEY, read, on_result=self._follow,
-                               on_error=lambda exc: self._open_failed(follower, exc))
-
-    def _open_failed(self, follower: RunFollower, exc: BaseException) -> None:
+    def _open_failed(self, path, exc: BaseException) -> None:
         text = str(exc) if isinstance(exc, (RunFollowError, ValueError, OSError)) else self.report_error(
             exc, "Opening the run failed").inline
         self.view.set_message(text)
-        self.view.set_status(f"could not open {follower.root}")
+        self.view.set_status(f"could not open {path}")
         self.mark_ready()
 
     def _follow(self, follower: RunFollower) -> None:
@@ -158,7 +194,7 @@ class TrainController(PanelController):
             self.view.clear_run()
             self.shown, self.follow_session = None, False
             if follower.meta is not None and not self.process.running:
-                self.view.form.set_values(run_form_values(follower.meta))  # Start runs the same again
+                self.view.set_form_values(run_form_values(follower.meta))  # Start runs the same again
         self.follower = follower
         remember_run(self.ctx.settings, follower.root)
         self.view.set_message("")
@@ -181,68 +217,74 @@ class TrainController(PanelController):
             self.draw()
         if follower.finished and not self.process.running:
             self.timer.stop()
+            self.draw()
 
     # -- drawing ----------------------------------------------------------------------------------------
     def scheme(self) -> str:
         f = self.follower
-        shown = self.view.charts.shown_scheme()
+        shown = self.view.shown_scheme()
         return shown if f and shown in f.series else (f.schemes[0] if f and f.schemes else "")
 
     def draw(self) -> None:
         f, view = self.follower, self.view
         if f is None:
             return
-        view.charts.set_schemes(f.schemes)
-        view.charts.set_losses({name: (s.train_step, s.train_loss, s.eval_step, s.eval_val)
-                                for name, s in f.series.items()})
+        self._draw_charts(f)
+        state = self.state_word()
+        view.set_progress(f.step, f.max_iters, self._rate_text(f), state)
+        view.set_status(f.describe(state))
+        view.set_note(f.note)
+        scheme = self.scheme()
+        kept = f.kept_steps(scheme)
+        view.set_steps(kept, scheme)
+        view.set_run_loaded(bool(kept) or f.ckpt_path(scheme) is not None)
+        if self.follow_session and view.follows_latest() and kept and (
+                self.shown is None or self.shown[1:] != (scheme, kept[-1])) and self._step_wanted != (scheme, kept[-1]):
+            self.choose_step(scheme, kept[-1])
+
+    def _draw_charts(self, f: RunFollower) -> None:
+        view = self.view
+        view.set_run_charts(f.schemes, {name: (s.train_step, s.train_loss, s.eval_step, s.eval_val)
+                                        for name, s in f.series.items()},
+                            {name: (s.probe_step, s.icl) for name, s in f.series.items()})
         scheme = self.scheme()
         s = f.series.get(scheme)
-        if s is not None:
-            view.charts.set_lr(s.train_step, s.lr)
-            view.charts.set_grad_norms(s.train_step, s.grad_norms)
-            steps, maps = [], {}
-            for name in CENSUS_SHOWN:
-                steps_n, stack = f.census_stack(scheme, name)
-                if stack:
-                    steps, maps[name] = steps_n, stack
-            view.charts.set_census(steps, maps)
-            if s.samples:
-                view.set_sample(s.probe_step[-1], *s.samples[-1])
-        view.charts.set_icl({name: (x.probe_step, x.icl) for name, x in f.series.items()})
+        if s is None:
+            return
+        steps, maps = [], {}
+        for name in CENSUS_SHOWN:
+            steps_n, stack = f.census_stack(scheme, name)
+            if stack:
+                steps, maps[name] = steps_n, stack
+        view.set_scheme_charts(s.train_step, s.lr, s.grad_norms, steps, maps)
+        if s.samples:
+            view.set_sample(s.probe_step[-1], *s.samples[-1])
+
+    def _rate_text(self, f: RunFollower) -> str:
         tokens_s, left = f.rate()
         rate = f"{tokens_s:,.0f} tokens/s" if tokens_s else ""
-        if left and f.state == "running":
+        if left and f.state == "running" and not self.process.paused:
             rate += f" · ETA {_duration(left)}"
         if f.memory_mb is not None:  # the run's own figure: also for a run started elsewhere
             rate += f" · peak memory {f.memory_mb:,.0f} MB"
         elif self.process.running:
             rss = self.process.rss_bytes()
             rate += f" · child {rss / 2**20:,.0f} MiB" if rss else f" · child pid {self.process.pid}"
-        view.set_progress(f.step, f.max_iters, rate, {"running": "", "waiting": "starting"}.get(f.state, f.state))
-        view.set_status(f.describe())
-        kept = f.kept_steps(scheme)
-        view.set_steps(kept, scheme)
-        view.set_run_loaded(bool(kept))
-        if self.follow_session and view.latest_box.isChecked() and kept and (
-                self.shown is None or self.shown[1:] != (scheme, kept[-1])):
-            self.choose_step(scheme, kept[-1])
+        return rate
 
     # -- the session's model --------------------------------------------------------------------------
     def choose_step(self, scheme: str, step: int) -> None:
         """Make the run's `step` the session's model (a copy: training goes on) in a worker."""
         f = self.follower
-        if f is None or scheme not in f.series or self.ctx.session is None:
+        if f is None or scheme not in f.series:
             return
-        from explorer.session.training_models import show_step, step_name
-
         self.follow_session = True
-        self._step_requested = (scheme, step)
+        self._step_wanted = (scheme, step)
         name = step_name(step, f.max_iters, f.latest_val(scheme, step), f.corpus_label(), scheme, len(f.schemes))
-        weights, root, session = f.weights_path(scheme, step), f.root, self.ctx.session
+        training = self.training
         self.view.set_shown_step(f"loading step {step:,}…")
-        self.ctx.runner.submit(STEP_KEY, lambda token, progress: show_step(session, root, scheme, step, weights, name,
-                                                                           cancel=token),
-                               on_result=self._step_shown, on_error=self._step_failed)
+        self.submit(STEP_KEY, lambda token, progress: training.show_step(f, scheme, step, name=name, cancel=token),
+                    still_current=lambda: self.follower is f, on_result=self._step_shown, on_error=self._step_failed)
 
     def _step_shown(self, shown) -> None:
         self.shown = (shown.run, shown.scheme, shown.step)
@@ -252,6 +294,7 @@ class TrainController(PanelController):
     def _step_failed(self, exc: BaseException) -> None:
         from gptcore.errors import Cancelled
 
+        self._step_wanted = None
         if isinstance(exc, Cancelled):
             return
         expl = self.report_error(exc, "Showing the training step failed")
@@ -267,46 +310,34 @@ class TrainController(PanelController):
 
     def use_final_model(self) -> None:
         """The run's latest full checkpoint (ckpt.pt) becomes the session's model, loaded as a file."""
-        path = self._latest_ckpt()
-        if path is None:
+        f, scheme = self.follower, self.scheme()
+        if f is None or f.ckpt_path(scheme) is None:
             self.view.set_message("this run has no ckpt.pt yet (one is written at each eval); wait for the first eval")
             return
         self.follow_session = False
-        session = self.ctx.session
-        self.ctx.runner.submit(USE_KEY, lambda token, progress: session.load(str(path), cancel=token),
-                               on_result=lambda info: self.ctx.show_message(f"the session's model is now {info.name}"),
-                               on_error=lambda exc: self.view.set_message(
-                                   self.report_error(exc, "Using the run's model failed").inline))
-
-    def _latest_ckpt(self) -> Path | None:
-        f = self.follower
-        if f is None or f.meta is None:
-            return None
-        name = (f.meta.get("checkpoints") or {}).get(self.scheme()) or (
-            "ckpt.pt" if len(f.schemes) <= 1 else f"ckpt-{self.scheme()}.pt")
-        path = f.root / name
-        return path if path.is_file() else None
+        training = self.training
+        self.submit(USE_KEY, lambda token, progress: training.use_final(f, scheme, cancel=token),
+                    still_current=lambda: self.follower is f,
+                    on_result=lambda info: self.ctx.show_message(f"the session's model is now {info.name}"),
+                    on_error=lambda exc: self.view.set_message(
+                        self.report_error(exc, "Using the run's model failed").inline))
 
     def save_checkpoint(self, kind: str = "ckpt") -> None:
-        src = self._latest_ckpt()
-        if src is None:
+        """Save… → the run's latest model as nanoGPT's ckpt.pt or a Hugging Face folder (asks where)."""
+        f, scheme = self.follower, self.scheme()
+        if f is None or f.ckpt_path(scheme) is None:
             self.view.set_message("this run has no ckpt.pt yet (one is written at each eval)")
             return
-        if kind == "hf":
-            target, _ = QFileDialog.getSaveFileName(self.view, "A new folder for the Hugging Face GPT-2 model",
-                                                    self.ctx.file_path(f"{self.follower.root.name}-hf"))
-            if target:
-                self.save_hf(target)
-            return
-        target, _ = QFileDialog.getSaveFileName(self.view, "Save the run's nanoGPT checkpoint",
-                                                self.ctx.file_path("ckpt.pt"), "nanoGPT checkpoint (*.pt)")
-        if target:
-            try:
-                shutil.copy2(src, target)
-                self.ctx.remember_folder_of(target)
-                self.ctx.show_message(f"saved {target} (nanoGPT's ckpt.pt: model, optimizer, model_args, iter_num)")
-            except OSError as exc:
-                self.view.set_message(f"could not save {target}: {exc.strerror or exc}; choose another folder")
+        suggested = f"{f.root.name}-hf" if kind == "hf" else "ckpt.pt"
+        self.export_with_dialog(suggested, self._writer(kind, f, scheme), self.view.set_message)
+
+    def save_to(self, kind: str, path) -> bool:
+        """Save without asking (what the dialog's choice leads to; tests call it)."""
+        return self.export_to(str(path), self._writer(kind, self.follower, self.scheme()), self.view.set_message)
+
+    def _writer(self, kind: str, f: RunFollower, scheme: str):
+        save = self.training.save_hf if kind == "hf" else self.training.save_ckpt
+        return lambda path: save(f, scheme, path)
 
     def use_config(self, config: dict) -> None:
         """A model config (the Config panel's): the form's shape fields, plus every other field that
@@ -314,41 +345,19 @@ class TrainController(PanelController):
         from gptcore.model.config import GPTConfig
         from gptcore.training.config import CPU_RECIPE_MODEL
 
-        shown = ("n_layer", "n_head", "n_embd", "block_size", "bias", "dropout")
-        self.view.form.set_values({k: config[k] for k in shown if k in config})
+        self.view.set_form_values({k: config[k] for k in SHAPE_FIELDS if k in config})
         base = GPTConfig(**CPU_RECIPE_MODEL).to_dict()
         self.extra_model = {k: v for k, v in config.items()
-                            if k not in shown and k != "vocab_size" and base.get(k, object()) != v}
+                            if k not in SHAPE_FIELDS and k != "vocab_size" and base.get(k, object()) != v}
         extra = ", ".join(f"{k}={v}" for k, v in self.extra_model.items())
         self.view.set_status(f"model from the Config panel: {config.get('n_layer')} layers × {config.get('n_embd')} "
                              f"wide, {config.get('n_head')} heads" + (f" (also {extra})" if extra else "")
                              + "; the corpus sets the vocabulary")
 
-    def save_hf(self, target) -> None:
-        """The run's latest ckpt.pt as a Hugging Face GPT-2 folder at `target` (new or empty), in a worker;
-        the run's char_vocab.json goes with it so this app reads the text."""
-        src, target = self._latest_ckpt(), Path(target)
-        if target.exists() and (not target.is_dir() or any(target.iterdir())):
-            self.view.set_message(f"{target} already exists and is not an empty folder; choose a new folder name")
-            return
-        vocab = [p for p in (self.follower.root / "char_vocab.json",) if p.is_file()]
-
-        def work(token, progress):
-            from gptcore.io.export_hf import save_hf_folder
-            from gptcore.io.loading import load
-
-            model, _info = load(str(src), device="cpu")
-            return save_hf_folder(model, target, extra_files=vocab)
-
-        self.ctx.runner.submit(SAVE_KEY, work, on_result=lambda folder: self.ctx.show_message(
-            f"saved {folder} (config.json + model.safetensors: transformers' GPT2LMHeadModel opens it)", 8000),
-            on_error=lambda exc: self.view.set_message(self.report_error(exc, "Saving the folder failed").inline))
-
     def use_session_shape(self) -> None:
         config = self.ctx.session.config if self.ctx.session is not None else None
         if config is not None:
-            self.view.form.set_values({k: getattr(config, k) for k in ("n_layer", "n_head", "n_embd", "block_size",
-                                                                      "bias", "dropout")})
+            self.view.set_form_values({k: getattr(config, k) for k in SHAPE_FIELDS})
 
     def _browse(self, kind: str) -> None:
         if kind == "folder":
@@ -359,22 +368,18 @@ class TrainController(PanelController):
                                                   "Text (*.txt *.md *.py);;All files (*)")
         if path:
             self.ctx.remember_folder_of(path)
-            self.view.form.set_corpus_path(kind, path)
+            self.view.set_corpus(kind, path)
 
     # -- the contract ----------------------------------------------------------------------------------
     def invalidate(self, event) -> None:
         if isinstance(event, ModelSwapped) and self.follower is not None:
-            from explorer.session.training_models import is_run_model
-
             if not is_run_model(event.new, self.follower.root) and (self.follow_session or self.shown):
-                self.follow_session, self.shown = False, None
+                self.follow_session, self.shown, self._step_wanted = False, None, None
                 self.view.set_shown_step("another model is loaded")
 
     def shutdown(self) -> None:
         self.timer.stop()
         self.process.shutdown()
-        for key in (OPEN_KEY, STEP_KEY, USE_KEY, SAVE_KEY):
-            self.ctx.runner.cancel(key)
         super().shutdown()
 
 

@@ -55,7 +55,19 @@ def run_form_values(meta: dict) -> dict:
     kind = (meta.get("tokenizer") or {}).get("kind")
     if kind in ("char", "gpt2"):
         values["tokenizer"] = kind
+    values["corpus"], values["path"] = run_corpus(meta)
     return values
+
+
+def run_corpus(meta: dict) -> tuple[str, str]:
+    """(the form's corpus choice, its path) of the run described by `meta`: its preset, the text
+    file or nanoGPT data folder it read (run.json's corpus "source"), or the built-in pydoc topics."""
+    if meta.get("preset"):
+        return str(meta["preset"]), ""
+    source = (meta.get("corpus") or {}).get("source")
+    if not source:
+        return "pydoc", ""
+    return ("folder" if Path(source).is_dir() or not Path(source).suffix else "file"), str(source)
 
 
 def induction_preset_available() -> bool:

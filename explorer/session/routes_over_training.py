@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from explorer.session.routes_results import RoutesOverTraining
-from explorer.session.training_models import RUN_SOURCE_PREFIX
+from explorer.session.training import RUN_SOURCE_PREFIX
 
 _SOURCE = re.compile(re.escape(RUN_SOURCE_PREFIX) + r"(?P<root>.+) \((?P<scheme>[^()]+)\)$")
 

@@ -84,17 +84,19 @@ class TrainingDomain:
         """A follower of a run that is only starting (nothing read yet)."""
         return RunFollower(path)
 
-    def show_step(self, follower: RunFollower, scheme: str, step: int, cancel=None) -> StepShown:
+    def show_step(self, follower: RunFollower, scheme: str, step: int, name: str | None = None,
+                  cancel=None) -> StepShown:
         """Make the run's kept `step` of `scheme` the session's model (a copy: training goes on): copied
         into the model in place when the session already shows this run's model of the same config,
-        otherwise a model swap. RunFolderError when the step's file is gone or damaged."""
+        otherwise a model swap; `name` is what the status bar calls it (step_name's words by default).
+        RunFolderError when the step's file is gone or damaged."""
         from gptcore.errors import Cancelled
         from gptcore.io.checkpoints import LoadError
         from gptcore.training.run import RunFolderError
 
         core, root = self.core, follower.root
-        name = step_name(step, follower.max_iters, follower.latest_val(scheme, step), follower.corpus_label(),
-                         scheme, len(follower.schemes))
+        name = name or step_name(step, follower.max_iters, follower.latest_val(scheme, step),
+                                 follower.corpus_label(), scheme, len(follower.schemes))
         try:
             model = follower.folder.load_step(scheme, step, device=core.device)
         except RunFolderError:

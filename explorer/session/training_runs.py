@@ -112,11 +112,12 @@ class RunFollower(RunProgress):
         kind = (meta.get("tokenizer") or {}).get("kind") or ""
         return f"{corpus}, {kind}" if kind else str(corpus)
 
-    def describe(self) -> str:
-        """One line on the run: its state, step, corpus."""
+    def describe(self, state_word: str | None = None) -> str:
+        """One line on the run: its state (the trace's, or `state_word` from whoever knows better:
+        "paused" for a child stopped by a signal), step, corpus."""
         where = f"step {self.step:,} of {self.max_iters:,}" if self.max_iters else f"step {self.step:,}"
         tail = f" ({self.end_message})" if self.end_message and self.state != "done" else ""
-        return f"{STATE_WORDS[self.state]}{tail} · {where} · {self.corpus_label()} · {self.root}"
+        return f"{state_word or STATE_WORDS[self.state]}{tail} · {where} · {self.corpus_label()} · {self.root}"
 
     def ckpt_path(self, scheme: str) -> Path | None:
         """The scheme's latest full checkpoint (nanoGPT's ckpt.pt), None before the first eval wrote it."""

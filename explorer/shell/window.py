@@ -187,10 +187,10 @@ class MainWindow(ModelLoading, QMainWindow):
             return
         page = self.show_panel("train")
         if page is not None:
-            page.controller.open_run(path) if path else page.controller.open_run_dialog()
+            page.open_run(path)
 
     def _fill_recent_runs(self) -> None:
-        from explorer.session.training_follow import recent_runs
+        from explorer.session.training_runs import recent_runs
 
         self.recent_runs_menu.clear()
         for path in recent_runs(self.settings):
@@ -202,7 +202,7 @@ class MainWindow(ModelLoading, QMainWindow):
         """The Config panel's "Train this config…": the Train panel with that model shape."""
         page = self.show_panel("train")
         if page is not None:
-            page.controller.use_config(model_config)
+            page.use_config(model_config)
 
     def new_model_from_config(self) -> None:
         page = self.show_panel("config")

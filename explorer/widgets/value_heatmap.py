@@ -19,6 +19,7 @@ from PySide6.QtGui import QFont, QFontMetrics
 from explorer.widgets.plot_title import wrapping_title
 
 DIVERGING = "CET-D1"  # blue – white – red, bundled with pyqtgraph
+SEQUENTIAL = "viridis"  # 0 … 1 scores (a head census): faint scores stay readable
 MARK_COLOUR = "#111827"
 SELECT_COLOUR = "#22d3ee"
 
@@ -73,8 +74,10 @@ class ValueHeatmap(pg.GraphicsLayoutWidget):
     cellClicked = Signal(int, int)
     hoverText = Signal(str)
 
-    def __init__(self, title: str = "", value_label: str = "value", parent=None):
+    def __init__(self, title: str = "", value_label: str = "value", parent=None, signed: bool = True):
+        """`signed` False: values from 0 up on a sequential scale (0 … scale), not ± on a diverging one."""
         super().__init__(parent)
+        self._signed = signed
         self._values = np.zeros((0, 0))
         self._rows: list[str] = []
         self._cols: list[str] = []
@@ -102,7 +105,8 @@ class ValueHeatmap(pg.GraphicsLayoutWidget):
         self.selection.setZValue(10)
         self.selection.hide()
         self.plot.addItem(self.selection)
-        self.colorbar = pg.ColorBarItem(values=(-1.0, 1.0), colorMap=pg.colormap.get(DIVERGING), label=value_label,
+        self.colorbar = pg.ColorBarItem(values=(-1.0 if signed else 0.0, 1.0),
+                                        colorMap=pg.colormap.get(DIVERGING if signed else SEQUENTIAL), label=value_label,
                                         interactive=False, width=12)
         self.colorbar.setImageItem(self.image)
         self.addItem(self.colorbar, row=0, col=1)
@@ -133,8 +137,9 @@ class ValueHeatmap(pg.GraphicsLayoutWidget):
         finite = values[np.isfinite(values)]
         m = scale if scale is not None else (float(np.abs(finite).max()) if finite.size else 1.0)
         m = m if m > 0 else 1.0
-        self.colorbar.setLevels(values=(-m, m))
-        self.image.setImage(values.astype(np.float32), autoLevels=False, levels=(-m, m))
+        low = -m if self._signed else 0.0
+        self.colorbar.setLevels(values=(low, m))
+        self.image.setImage(values.astype(np.float32), autoLevels=False, levels=(low, m))
         self.image.setRect(QRectF(0, 0, max(C, 1), max(R, 1)))
         self._apply_labels()
         self.plot.vb.setRange(xRange=(0, max(C, 1)), yRange=(0, max(R, 1)), padding=0)

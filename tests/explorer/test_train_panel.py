@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from explorer.controllers.train_settings import command_settings
-from explorer.session.training_follow import RunFollower, RunFollowError
+from explorer.session.training_runs import RunFollower, RunFollowError
 
 TINY = dict(n_layer=1, n_head=4, n_embd=32, block_size=32, max_iters=40, eval_interval=10, eval_iters=2,
             batch_size=4, probe_interval=20, warmup_iters=5, lr_decay_iters=40, init="gpt2")
@@ -104,9 +104,8 @@ def test_a_run_started_in_the_panel_is_followed_scrubbed_into_every_panel_and_st
     assert session.config.n_head == 4 and session.token_strings(session.encode("ok")) == ["o", "k"]
 
     # Save as a Hugging Face GPT-2 folder: it opens as a model again, with the run's characters.
-    c.save_hf(tmp_path / "hf")
-    qtbot.waitUntil(lambda: (tmp_path / "hf" / "model.safetensors").is_file()
-                    and not window.runner.is_running("train-save"), timeout=WAIT_MS)
+    assert c.save_to("hf", tmp_path / "hf")  # through the one export entry point
+    assert (tmp_path / "hf" / "model.safetensors").is_file()
     from gptcore.io.loading import load
 
     model, info = load(str(tmp_path / "hf"))
@@ -128,9 +127,11 @@ def test_pause_resume_and_quitting_while_paused_leaves_no_child_process(qtbot, w
     form = c.view.form
     form.pause_button.click()
     assert form.pause_button.text() == "Resume"
+    assert c.view.progress_text().endswith("· paused") and c.view.status_label.text().startswith("paused")
     qtbot.waitUntil(lambda: _proc_state(pid) == "T", timeout=10_000)  # the kernel delivers SIGSTOP soon after
     form.pause_button.click()
     assert form.pause_button.text() == "Pause"
+    assert c.view.progress_text().endswith("· running")
     qtbot.waitUntil(lambda: _proc_state(pid) != "T", timeout=10_000)
     form.pause_button.click()  # paused again: quitting must still end it (SIGCONT, then SIGTERM)
     window.close()
@@ -284,6 +285,7 @@ def test_a_run_the_training_refuses_shows_its_reason_in_the_panel(qtbot, window,
     assert "exit status 2" in text and "block_size" in text, text  # gptcore.train's own words, no traceback
     assert "Traceback" not in text
     assert c.view.form.start_button.isEnabled() and not c.timer.isActive()
+    assert c.view.progress_text() == "refused: nothing was trained"  # not "0 iterations · starting"
 
 
 def test_the_run_option_opens_the_train_panel_and_names_a_missing_folder(tmp_path, capsys):

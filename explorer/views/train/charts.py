@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QComboBox, QGridLayout, QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QGridLayout, QHBoxLayout, QLabel, QSizePolicy, QSlider, QVBoxLayout, QWidget
 
 from explorer.widgets.plot_title import wrapping_title
 from explorer.widgets.value_heatmap import ValueHeatmap
@@ -39,7 +39,21 @@ def _plot(title: str, left: str, log_y: bool = False) -> pg.PlotWidget:
     if log_y:
         p.setLogMode(y=True)
     w.setMinimumHeight(120)
+    _show_axes(w, False)  # an empty chart is its title alone: placeholder axes meant nothing
     return w
+
+
+def _show_axes(w: pg.PlotWidget, shown: bool) -> None:
+    for side in ("left", "bottom"):
+        w.getPlotItem().showAxis(side, shown)
+
+
+def _legend_html(names_colours, per_line: int = 4) -> str:
+    """"■ embed  ■ blocks.0 …" in the curves' colours, `per_line` to a line: a legend under the chart,
+    never over its curves (broken by hand: a word-wrapped label made the scroll area as tall as the
+    charts' size hint, so they scrolled even at 1400 × 900)."""
+    items = [f"<span style='color:{c}'>■</span>&nbsp;{n}" for n, c in names_colours]
+    return "<br>".join(" &nbsp;".join(items[i:i + per_line]) for i in range(0, len(items), per_line))
 
 
 class TrainCharts(QWidget):
@@ -60,16 +74,25 @@ class TrainCharts(QWidget):
         self.loss_legend = self.loss_plot.getPlotItem().addLegend(offset=(-8, 8), labelTextSize="8pt")
         self.lr_plot = _plot("learning rate", "lr")
         self.grad_plot = _plot("gradient norm per part", "‖g‖", log_y=True)
-        self.grad_legend = self.grad_plot.getPlotItem().addLegend(offset=(-8, 8), labelTextSize="7pt")
-        self.grad_legend.setColumnCount(2)  # half as tall: the curves stay visible beside it
+        self.grad_legend = QLabel("")  # under the chart: inside it, the legend covered the curves
+        self.grad_legend.setObjectName("secondaryText")
+        self.grad_legend.setTextFormat(Qt.TextFormat.RichText)
+        self.grad_legend.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        grad = QWidget()
+        grad_box = QVBoxLayout(grad)
+        grad_box.setContentsMargins(0, 0, 0, 0)
+        grad_box.setSpacing(0)
+        grad_box.addWidget(self.grad_plot, 1)
+        grad_box.addWidget(self.grad_legend)
         self.icl_plot = _plot("in-context learning score", "late − early loss")
         self.icl_plot.setToolTip("Mean loss late in the context minus early (Olsson et al. 2022): below 0, the "
                                  "model predicts better with more context; an induction head forming shows as a drop")
-        self.icl_plot.getPlotItem().addLine(y=0, pen=pg.mkPen("#9ca3af", style=Qt.PenStyle.DashLine))
+        self.icl_zero = self.icl_plot.getPlotItem().addLine(y=0, pen=pg.mkPen("#9ca3af", style=Qt.PenStyle.DashLine))
+        self.icl_zero.hide()  # with the axes: on an empty chart it meant nothing
         grid.addWidget(self.loss_plot, 0, 0)
         grid.addWidget(self.lr_plot, 0, 1)
         grid.addWidget(self.icl_plot, 0, 2)
-        grid.addWidget(self.grad_plot, 1, 0)
+        grid.addWidget(grad, 1, 0)
 
         census = QWidget()
         box = QVBoxLayout(census)
@@ -91,7 +114,7 @@ class TrainCharts(QWidget):
         self.census_slider.valueChanged.connect(self._show_census)
         box.addWidget(self.census_slider)
         maps = QHBoxLayout()
-        self.census_maps = {name: ValueHeatmap(title, value_label="score") for name, title in CENSUS_TITLES.items()}
+        self.census_maps = {name: ValueHeatmap(title, value_label="score", signed=False) for name, title in CENSUS_TITLES.items()}
         for heatmap in self.census_maps.values():
             heatmap.setMinimumHeight(110)
             maps.addWidget(heatmap)
@@ -124,9 +147,11 @@ class TrainCharts(QWidget):
                 np.asarray(tx, float), np.asarray(ty, float), connect="finite")
             self._curve(self.loss_plot, ("val", scheme), colour, 2.5, name=f"{scheme} val", symbol="o").setData(
                 np.asarray(ex, float), np.asarray(ey, float), connect="finite")
+        _show_axes(self.loss_plot, bool(per_scheme))
 
     def set_lr(self, steps, lr) -> None:
         self._curve(self.lr_plot, ("lr", ""), "#0891b2").setData(np.asarray(steps, float), np.asarray(lr, float))
+        _show_axes(self.lr_plot, len(steps) > 0)
 
     def set_grad_norms(self, steps, parts: dict) -> None:
         """{part name: values}: one curve per part (embeddings, each block, the final norm)."""
@@ -134,21 +159,28 @@ class TrainCharts(QWidget):
         for key in [k for k in self._curves if k[0] == "grad" and k[1] not in parts]:
             self.grad_plot.getPlotItem().removeItem(self._curves.pop(key))
         n = max(1, len(parts))
+        legend = []
         for i, (part, values) in enumerate(parts.items()):
             colour = pg.intColor(i, hues=n, values=1, maxValue=200)
+            legend.append((part, colour.name()))
             curve = self._curves.get(("grad", part))
             if curve is None:
-                curve = self.grad_plot.getPlotItem().plot(pen=pg.mkPen(colour, width=1.2), name=part)
+                curve = self.grad_plot.getPlotItem().plot(pen=pg.mkPen(colour, width=1.2))
                 self._curves[("grad", part)] = curve
             values = np.asarray(values, float)
             values = np.where(values > 0, values, np.nan)  # log axis: a zero norm is a gap
             curve.setData(steps, values, connect="finite")
+        self.grad_legend.setText(_legend_html(legend))
+        _show_axes(self.grad_plot, bool(parts) and len(steps) > 0)
 
     def set_icl(self, per_scheme: dict) -> None:
         """{scheme: (probe_steps, score)}."""
         for i, (scheme, (x, y)) in enumerate(per_scheme.items()):
             self._curve(self.icl_plot, ("icl", scheme), scheme_colour(i), 2.0, symbol="o").setData(
                 np.asarray(x, float), np.asarray(y, float), connect="finite")
+        shown = any(len(x) for x, _y in per_scheme.values())
+        _show_axes(self.icl_plot, shown)
+        self.icl_zero.setVisible(shown)
 
     # -- census --------------------------------------------------------------------------------------
     def set_schemes(self, schemes) -> None:
@@ -211,4 +243,13 @@ class TrainCharts(QWidget):
                 if curve in plot.getPlotItem().items:
                     plot.getPlotItem().removeItem(curve)
         self._curves.clear()
+        self.grad_legend.setText("")
+        for plot in (self.loss_plot, self.lr_plot, self.grad_plot, self.icl_plot):
+            _show_axes(plot, False)
+        self.icl_zero.hide()
         self.set_census([], {})
+
+    def axes_shown(self) -> dict[str, bool]:
+        """Which charts show their axes (only those with data): what tests check."""
+        return {name: getattr(self, f"{name}_plot").getPlotItem().getAxis("bottom").isVisible()
+                for name in ("loss", "lr", "grad", "icl")}

@@ -64,6 +64,7 @@ class TrainForm(QWidget):
         self._fields: dict[str, QSpinBox | QDoubleSpinBox] = {}
         self._scheme_boxes: dict[str, QCheckBox] = {}
         self._paused = False
+        self._decay_follows = True  # lr decay iterations follow max iterations until edited apart
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         scroll = QScrollArea()
@@ -74,7 +75,22 @@ class TrainForm(QWidget):
         layout.setContentsMargins(4, 4, 8, 4)
         scroll.setWidget(body)
         outer.addWidget(scroll, 1)
+        layout.addWidget(self._build_data())
+        init = QGroupBox("Init schemes")
+        init.setToolTip("Each ticked scheme trains its own model on the same batches, into one run folder")
+        self._scheme_grid = QGridLayout(init)
+        layout.addWidget(init)
+        self.set_schemes(schemes)
+        layout.addWidget(self._build_model())
+        layout.addWidget(self._build_training())
+        layout.addStretch(1)
+        # The form never scrolls sideways: the scroll area is as wide as the widest row needs.
+        scroll.setMinimumWidth(body.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width() + 4)
+        outer.addLayout(self._build_buttons())
+        self.set_running(False)
+        self._corpus_changed()
 
+    def _build_data(self) -> QGroupBox:
         data = QGroupBox("Data")
         form = QFormLayout(data)
         self.corpus_combo = QComboBox()
@@ -96,14 +112,9 @@ class TrainForm(QWidget):
         self.tokenizer_combo.addItem("char (one id per character)", "char")
         self.tokenizer_combo.addItem("gpt2 (GPT-2's BPE)", "gpt2")
         form.addRow("tokenizer", self.tokenizer_combo)
-        layout.addWidget(data)
+        return data
 
-        init = QGroupBox("Init schemes")
-        init.setToolTip("Each ticked scheme trains its own model on the same batches, into one run folder")
-        self._scheme_grid = QGridLayout(init)
-        layout.addWidget(init)
-        self.set_schemes(schemes)
-
+    def _build_model(self) -> QGroupBox:
         model = QGroupBox("Model")
         form = QFormLayout(model)
         for key, label, kind, low, high in MODEL_FIELDS:
@@ -116,8 +127,9 @@ class TrainForm(QWidget):
                                             "(the Config panel's 'Train this config…' does the same)")
         self.from_session_button.clicked.connect(self.modelFromSessionRequested)
         form.addRow("", self.from_session_button)
-        layout.addWidget(model)
+        return model
 
+    def _build_training(self) -> QGroupBox:
         hyper = QGroupBox("Training (nanoGPT's train.py names)")
         form = QFormLayout(hyper)
         presets = QHBoxLayout()
@@ -135,11 +147,13 @@ class TrainForm(QWidget):
         for key, label, kind, low, high in TRAIN_FIELDS:
             self._fields[key] = _spin(kind, low, high)
             form.addRow(label, self._fields[key])
-        layout.addWidget(hyper)
-        layout.addStretch(1)
-        # The form never scrolls sideways: the scroll area is as wide as the widest row needs.
-        scroll.setMinimumWidth(body.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width() + 4)
+        self._fields["max_iters"].valueChanged.connect(self._max_iters_edited)
+        self._fields["lr_decay_iters"].valueChanged.connect(self._decay_edited)
+        self._fields["lr_decay_iters"].setToolTip("Follows max iterations until you set it apart (nanoGPT: "
+                                                  "lr_decay_iters ≈ max_iters; past it lr stays at min lr)")
+        return hyper
 
+    def _build_buttons(self) -> QGridLayout:
         buttons = QGridLayout()
         self.start_button = QPushButton("Start")
         self.start_button.setObjectName("primaryButton")
@@ -157,9 +171,7 @@ class TrainForm(QWidget):
         buttons.addWidget(self.pause_button, 0, 1)
         buttons.addWidget(self.stop_button, 0, 2)
         buttons.addWidget(self.open_button, 1, 0, 1, 3)
-        outer.addLayout(buttons)
-        self.set_running(False)
-        self._corpus_changed()
+        return buttons
 
     @staticmethod
     def _can_pause() -> bool:
@@ -189,9 +201,13 @@ class TrainForm(QWidget):
                 model.item(i).setToolTip("not available in this gptcore")
 
     def set_values(self, values: dict) -> None:
+        """Any of `values()`'s keys; `corpus` with `path` picks the data too. Afterwards lr decay
+        iterations follow max iterations exactly when the two are equal (nanoGPT's advice)."""
         for key, value in values.items():
             if key in self._fields and value is not None:
+                self._fields[key].blockSignals(True)
                 self._fields[key].setValue(value)
+                self._fields[key].blockSignals(False)
         if "bias" in values:
             self.bias_box.setChecked(bool(values["bias"]))
         if "tokenizer" in values:
@@ -200,10 +216,19 @@ class TrainForm(QWidget):
             wanted = set(str(values["init"]).split(","))
             for name, box in self._scheme_boxes.items():
                 box.setChecked(name in wanted)
+        if values.get("corpus"):
+            self.set_corpus_path(str(values["corpus"]), str(values.get("path") or ""), quiet=True)
+        self._decay_follows = self._fields["lr_decay_iters"].value() == self._fields["max_iters"].value()
 
-    def set_corpus_path(self, kind: str, path: str) -> None:
+    def set_corpus_path(self, kind: str, path: str, quiet: bool = False) -> None:
+        """Pick the corpus `kind` (and its file or folder); `quiet`: without `corpusChanged` (a preset
+        would bring its own settings over the ones being set)."""
+        self.corpus_combo.blockSignals(quiet)
         self.corpus_combo.setCurrentIndex(max(0, self.corpus_combo.findData(kind)))
+        self.corpus_combo.blockSignals(False)
         self.path_edit.setText(path)
+        if quiet:
+            self._corpus_enables()
 
     def set_running(self, running: bool, paused: bool = False) -> None:
         """Buttons for a run going (Pause/Resume, Stop) or not (Start, Open run…)."""
@@ -228,12 +253,24 @@ class TrainForm(QWidget):
         out["path"] = self.path_edit.text().strip()
         return out
 
-    def _corpus_changed(self, *_args) -> None:
+    def _corpus_enables(self) -> None:
         needs_path = self.corpus_kind() in ("file", "folder")
         self.path_edit.setEnabled(needs_path)
         self.browse_button.setEnabled(needs_path)
         self.tokenizer_combo.setEnabled(self.corpus_kind() != "folder")  # a prepared folder brings its own
+
+    def _corpus_changed(self, *_args) -> None:
+        self._corpus_enables()
         self.corpusChanged.emit(self.corpus_kind())
+
+    def _max_iters_edited(self, value: int) -> None:
+        if self._decay_follows:  # nanoGPT: lr_decay_iters should be ~= max_iters
+            self._fields["lr_decay_iters"].blockSignals(True)
+            self._fields["lr_decay_iters"].setValue(value)
+            self._fields["lr_decay_iters"].blockSignals(False)
+
+    def _decay_edited(self, value: int) -> None:
+        self._decay_follows = value == self._fields["max_iters"].value()
 
     def _pause_clicked(self) -> None:
         (self.resumeRequested if self._paused else self.pauseRequested).emit()

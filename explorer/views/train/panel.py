@@ -1,13 +1,14 @@
 """The Train panel: train a GPT in a child process (or follow a run folder) and watch it learn.
 
-Passive view (no torch, no gptcore): the settings form on the left (train_form.py), on the right
-the run's progress, the step scrubber, the live charts (train_charts.py) and the latest sample.
-The controller (explorer/controllers/train.py) reads the run folder and calls the setters; the
-view only says what the user asked for:
+Passive view (no torch, no gptcore): the settings form on the left (form.py), on the right the
+run's progress, the step scrubber, the live charts (charts.py) and the latest sample. What the
+controller (explorer/controllers/train.py) may call and hear is `TrainView` in
+explorer/controllers/views.py; the view only says what the user asked for:
 - the form's `startRequested(dict)`, `pauseRequested`, `resumeRequested`, `stopRequested`,
-  `openRunRequested`, `presetRequested(str)`, `browseRequested(str)`, `modelFromSessionRequested`;
+  `openRunRequested`, `presetRequested(str)`, `browseRequested(str)`, `corpusChanged(str)`,
+  `modelFromSessionRequested` (passed on here: the controller never touches the form);
 - `stepChosen(scheme, step)` when the scrubber stops on a kept step, `latestRequested()` for "latest",
-  `useModelRequested()` / `saveRequested(kind)` for the final model.
+  `useModelRequested()` / `saveRequested(kind)` for the final model, `censusSchemeChanged(str)`.
 """
 from __future__ import annotations
 
@@ -21,6 +22,19 @@ from explorer.views.train.form import TrainForm
 
 
 class TrainPanel(QWidget):
+    """In: the setters below (form values, running state, progress, steps, charts). Out: the signals."""
+
+    # the form's intents, passed on (the controller never reaches into the form)
+    startRequested = Signal(dict)  # every setting (see form_values())
+    pauseRequested = Signal()
+    resumeRequested = Signal()
+    stopRequested = Signal()
+    openRunRequested = Signal()
+    presetRequested = Signal(str)  # "cpu" or "nanogpt"
+    browseRequested = Signal(str)  # "file" or "folder"
+    corpusChanged = Signal(str)  # "pydoc", "file", "folder" or "induction"
+    modelFromSessionRequested = Signal()
+    censusSchemeChanged = Signal(str)  # the init scheme whose grad norms and census are shown
     stepChosen = Signal(str, int)  # (scheme, step): make that step's weights the session's model
     latestRequested = Signal()
     useModelRequested = Signal()
@@ -30,14 +44,30 @@ class TrainPanel(QWidget):
         super().__init__(parent)
         self._steps: list[int] = []
         self._scheme = ""  # the init scheme whose kept steps the scrubber holds
+        self._shown_text = ""  # what the session shows ("step 1,200 shown"); "" = the kept-steps count
         split = QSplitter(Qt.Orientation.Horizontal)
         self.form = TrainForm(schemes)
         self.form.setMinimumWidth(300)
+        for name in ("startRequested", "pauseRequested", "resumeRequested", "stopRequested", "openRunRequested",
+                     "presetRequested", "browseRequested", "corpusChanged", "modelFromSessionRequested"):
+            getattr(self.form, name).connect(getattr(self, name))
         split.addWidget(self.form)
-
         right = QWidget()
         box = QVBoxLayout(right)
         box.setContentsMargins(6, 0, 0, 0)
+        self._build_status(box)
+        box.addLayout(self._build_scrubber())
+        self._build_charts(box)
+        split.addWidget(right)
+        split.setStretchFactor(0, 0)
+        split.setStretchFactor(1, 1)
+        split.setSizes([300, 1100])  # the form at its least: at 900 px the charts then scroll down only, not across
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(split)
+        self.set_run_loaded(False)
+
+    def _build_status(self, box: QVBoxLayout) -> None:
         top = QHBoxLayout()
         self.progress = QProgressBar()
         self.progress.setRange(0, 1)
@@ -59,7 +89,13 @@ class TrainPanel(QWidget):
         self.message_label.setStyleSheet("color: #dc2626;")
         self.message_label.hide()
         box.addWidget(self.message_label)
+        self.note_label = QLabel("")  # what the run folder lacks (a missing trace): not an error
+        self.note_label.setObjectName("secondaryText")
+        self.note_label.setWordWrap(True)
+        self.note_label.hide()
+        box.addWidget(self.note_label)
 
+    def _build_scrubber(self) -> QHBoxLayout:
         scrub = QHBoxLayout()
         scrub_label = QLabel("Step:")
         scrub_label.setToolTip("The step whose weights every other panel shows")
@@ -70,15 +106,19 @@ class TrainPanel(QWidget):
         self.step_slider.setEnabled(False)
         self.step_slider.setMinimumWidth(140)
         self.step_slider.valueChanged.connect(self._slider_moved)
+        scrub.addWidget(self.step_slider, 1)
         self.step_label = QLabel("—")
         self.step_label.setMinimumWidth(120)
+        scrub.addWidget(self.step_label)
         self.latest_box = QCheckBox("latest")
         self.latest_box.setToolTip("Follow the run: show each newly kept step as it arrives")
         self.latest_box.setChecked(True)
         self.latest_box.toggled.connect(self._latest_toggled)
+        scrub.addWidget(self.latest_box)
         self.use_button = QPushButton("Use this model")
         self.use_button.setToolTip("Make the run's final (or latest) model the session's model")
         self.use_button.clicked.connect(self.useModelRequested)
+        scrub.addWidget(self.use_button)
         self.save_button = QToolButton()
         self.save_button.setText("Save…")
         self.save_button.setToolTip("Save the run's latest model: nanoGPT's ckpt.pt, or a Hugging Face GPT-2 folder")
@@ -87,16 +127,13 @@ class TrainPanel(QWidget):
         menu.addAction("nanoGPT ckpt.pt…", lambda: self.saveRequested.emit("ckpt"))
         menu.addAction("Hugging Face GPT-2 folder…", lambda: self.saveRequested.emit("hf"))
         self.save_button.setMenu(menu)
-        for w in (self.step_slider,):
-            scrub.addWidget(w, 1)
-        scrub.addWidget(self.step_label)
-        scrub.addWidget(self.latest_box)
-        scrub.addWidget(self.use_button)
         scrub.addWidget(self.save_button)
-        box.addLayout(scrub)
+        return scrub
 
+    def _build_charts(self, box: QVBoxLayout) -> None:
         self.charts = TrainCharts()
         self.charts.setMinimumSize(540, 400)  # below this the charts scroll instead of squeezing unreadably
+        self.charts.censusSchemeChanged.connect(self.censusSchemeChanged)
         charts_scroll = self.charts_scroll = QScrollArea()
         charts_scroll.setWidgetResizable(True)
         charts_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
@@ -110,14 +147,38 @@ class TrainPanel(QWidget):
         self.sample_text.setMaximumHeight(64)
         self.sample_text.setPlaceholderText("the model's text appears here at each probe")
         box.addWidget(self.sample_text)
-        split.addWidget(right)
-        split.setStretchFactor(0, 0)
-        split.setStretchFactor(1, 1)
-        split.setSizes([300, 1100])  # the form at its least: at 900 px the charts then scroll down only, not across
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(4, 4, 4, 4)
-        layout.addWidget(split)
-        self.set_run_loaded(False)
+
+    # -- the form ------------------------------------------------------------------------------------
+    def form_values(self) -> dict:
+        return self.form.values()
+
+    def set_form_values(self, values: dict) -> None:
+        self.form.set_values(values)
+
+    def set_corpora(self, available: dict[str, bool]) -> None:
+        self.form.set_corpora(available)
+
+    def set_corpus(self, kind: str, path: str) -> None:
+        self.form.set_corpus_path(kind, path)
+
+    def set_running(self, running: bool, paused: bool = False) -> None:
+        self.form.set_running(running, paused)
+
+    # -- the charts ----------------------------------------------------------------------------------
+    def shown_scheme(self) -> str:
+        return self.charts.shown_scheme()
+
+    def set_run_charts(self, schemes, losses: dict, icl: dict) -> None:
+        """Every scheme's loss ({scheme: (train steps, train loss, eval steps, val)}) and ICL score."""
+        self.charts.set_schemes(schemes)
+        self.charts.set_losses(losses)
+        self.charts.set_icl(icl)
+
+    def set_scheme_charts(self, steps, lr, grad_norms: dict, census_steps, census: dict) -> None:
+        """The shown scheme's learning rate, gradient norms per part and head census over probes."""
+        self.charts.set_lr(steps, lr)
+        self.charts.set_grad_norms(steps, grad_norms)
+        self.charts.set_census(census_steps, census)
 
     # -- in --------------------------------------------------------------------------------------------
     def set_status(self, text: str) -> None:
@@ -128,12 +189,25 @@ class TrainPanel(QWidget):
         self.message_label.setText(text)
         self.message_label.setVisible(bool(text))
 
+    def set_note(self, text: str) -> None:
+        """What the run folder lacks (grey, above the charts); '' hides it."""
+        self.note_label.setText(text)
+        self.note_label.setVisible(bool(text))
+
     def set_progress(self, done: int, total: int, rate_text: str, state: str = "") -> None:
+        """"526 / 2,000 iterations · paused"; a run that never started shows its state alone."""
         self.progress.setRange(0, max(1, total))
         self.progress.setValue(min(done, max(1, total)))
         word = f" · {state}" if state else ""
-        self.progress.setFormat(f"{done:,} / {total:,} iterations{word}" if total else f"{done:,} iterations{word}")
+        if not done and state in ("refused", "failed", "no run"):
+            text = {"refused": "refused: nothing was trained", "failed": "failed: nothing was trained"}.get(state, state)
+        else:
+            text = f"{done:,} / {total:,} iterations{word}" if total else f"{done:,} iterations{word}"
+        self.progress.setFormat(text)
         self.rate_label.setText(rate_text)
+
+    def progress_text(self) -> str:
+        return self.progress.format()
 
     def set_sample(self, step: int | None, prompt: str, text: str) -> None:
         if step is None:
@@ -156,8 +230,13 @@ class TrainPanel(QWidget):
         self._show_step_label()
 
     def set_shown_step(self, text: str) -> None:
-        """What the session shows now ("step 1,200 · val 1.63"), next to the slider."""
-        self.step_label.setText(text)
+        """What the session shows now ("step 1,200 shown"), next to the slider; '' = the kept-steps count."""
+        self._shown_text = text
+        self._show_step_label()
+
+    def follows_latest(self) -> bool:
+        """The "latest" box: each newly kept step is to be shown as it arrives."""
+        return self.latest_box.isChecked()
 
     def set_run_loaded(self, loaded: bool) -> None:
         self.use_button.setEnabled(loaded)
@@ -166,8 +245,10 @@ class TrainPanel(QWidget):
     def clear_run(self) -> None:
         self.charts.clear()
         self.set_sample(None, "", "")
+        self._shown_text = ""
         self.set_steps([], "")
         self.set_message("")
+        self.set_note("")
         self.set_progress(0, 0, "")
         self.set_run_loaded(False)
 
@@ -188,10 +269,11 @@ class TrainPanel(QWidget):
             self._slider_moved()
 
     def _show_step_label(self) -> None:
-        if not self._steps:
-            self.step_label.setText("— (no kept steps)")
-        elif self.step_label.text().startswith("—"):
-            self.step_label.setText(f"{len(self._steps)} kept steps")
+        """The session's step when one is shown, else how many steps are kept (it grows with the run)."""
+        n = len(self._steps)
+        count = f"{n:,} kept step{'' if n == 1 else 's'}" if n else "— (no kept steps)"
+        self.step_label.setText(f"{self._shown_text} ({count})" if self._shown_text and n else
+                                self._shown_text or count)
 
     def _slider_moved(self, *_args) -> None:
         step = self.selected_step()
