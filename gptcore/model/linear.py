@@ -134,17 +134,20 @@ def forget_probe() -> None:
 
 class Linear(nn.Linear):
     """nn.Linear (same parameters, same state_dict) whose forward takes oneDNN's linear on
-    CPU fp32 when nothing needs autograd; anything else (other devices or dtypes, gradients,
+    CPU fp32 when nothing needs autograd (in bf16, for one row, oneDNN with weights packed
+    once: packed_bf16.py); anything else (other devices or dtypes, gradients,
     CPU autocast, which the op would ignore) is nn.Linear's own forward. Hooks on the layer
     fire either way: they run in __call__."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w, b = self.weight, self.bias
-        if (x.device.type != "cpu" or x.dtype != torch.float32 or w.dtype != torch.float32
+        if (x.device.type != "cpu" or x.dtype != w.dtype or w.dtype not in (torch.float32, torch.bfloat16)
                 or torch.is_autocast_enabled("cpu")  # F.linear follows autocast; the op (and its probe) would not
                 or (torch.is_grad_enabled() and (w.requires_grad or x.requires_grad
                                                  or (b is not None and b.requires_grad)))):
             return F.linear(x, w, b)
+        if w.dtype == torch.bfloat16:
+            return self._bf16_forward(x)
         op = onednn_linear()
         if op is None:
             return F.linear(x, w, b)
@@ -153,6 +156,22 @@ class Linear(nn.Linear):
         except Exception as exc:
             plain = F.linear(x, w, b)  # raises too when the input itself is wrong (e.g. its width)
             _give_up(exc)
+            return plain
+
+
+    def _bf16_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """One bf16 row (decoding) against weights packed once for oneDNN; anything else F.linear."""
+        from gptcore.model import packed_bf16
+
+        w, b = self.weight, self.bias
+        if x.numel() != x.shape[-1] or not packed_bf16.available():
+            return F.linear(x, w, b)
+        try:
+            packed = packed_bf16.packed_weight(self)
+            return packed_bf16.call(x, packed, b)  # (..., out_features)
+        except Exception as exc:
+            plain = F.linear(x, w, b)
+            packed_bf16.give_up(exc)
             return plain
 
 
