@@ -79,10 +79,9 @@ class Corpus:
         for split, ids in (("train", self.train), ("val", self.val)):
             if len(ids) < block_size + 1:
                 limit = min(len(self.train), len(self.val)) - 1
-                fix = f"block_size at most {limit:,}" if limit > 0 else "a longer text"
+                fix = f"block_size at most {limit:,}, or a longer text" if limit > 0 else "a longer text"
                 raise DataError(f"{self.name}: the {split} split has {len(ids):,} tokens, fewer than block_size + 1 = "
-                                f"{block_size + 1:,} (one window of inputs and their targets); use {fix}, "
-                                f"or a longer text")
+                                f"{block_size + 1:,} (one window of inputs and their targets); use {fix}")
 
     def batch(self, split: str, index: int, rows: int, block_size: int, seed: int,
               stream: str = "train") -> tuple[torch.Tensor, torch.Tensor]:

@@ -88,6 +88,10 @@ def test_corpus_shorter_than_a_block(tmp_path):
     corpus.check_block_size(8)
     with pytest.raises(DataError, match=r"val split has 10 tokens, fewer than block_size \+ 1 = 65.*at most 9"):
         corpus.batch("train", 0, 2, block_size=64, seed=0)
+    (tmp_path / "ten.txt").write_text("0123456789", encoding="utf-8")  # no block fits: a longer text, said once
+    with pytest.raises(DataError) as refused:
+        load_corpus(tmp_path / "ten.txt").check_block_size(8)
+    assert str(refused.value).endswith("; use a longer text") and str(refused.value).count("a longer text") == 1
 
 
 def _prepared(folder, ids_train, ids_val, meta=None):
