@@ -21,6 +21,7 @@ from gptcore.model.config import GPTConfig
 from gptcore.io.convert import CONV1D_WEIGHTS
 from gptcore.errors import UserError
 
+GPT2_EOT = 50256  # <|endoftext|>, GPT2Config's bos and eos
 HF_ACTIVATION = {"gelu": "gelu", "gelu_tanh": "gelu_new"}
 _HF_BLOCK = {"ln1": "ln_1", "ln2": "ln_2", "attn.c_attn": "attn.c_attn", "attn.c_proj": "attn.c_proj",
              "mlp.c_fc": "mlp.c_fc", "mlp.c_proj": "mlp.c_proj"}
@@ -53,6 +54,10 @@ def check_exportable(cfg: GPTConfig) -> None:
 
 
 def hf_config(cfg: GPTConfig) -> dict:
+    """GPT2Config's fields for `cfg`. bos/eos: GPT-2's <|endoftext|> (50256) when the vocabulary
+    holds it, else None — GPT2Config's default 50256 outside a 65-symbol character vocabulary made
+    transformers warn on every load, and such a vocabulary has no end-of-text token."""
+    special = GPT2_EOT if cfg.vocab_size > GPT2_EOT else None
     return {
         "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"],
         "vocab_size": cfg.vocab_size, "n_positions": cfg.block_size, "n_ctx": cfg.block_size,
@@ -60,7 +65,7 @@ def hf_config(cfg: GPTConfig) -> dict:
         "n_inner": int(cfg.mlp_hidden or cfg.mlp_ratio * cfg.n_embd),
         "activation_function": HF_ACTIVATION[cfg.activation], "layer_norm_epsilon": cfg.layer_norm_eps,
         "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
-        "tie_word_embeddings": bool(cfg.tie_weights),
+        "tie_word_embeddings": bool(cfg.tie_weights), "bos_token_id": special, "eos_token_id": special,
     }
 
 

@@ -37,6 +37,38 @@ def test_transformers_and_gptcore_read_the_folder_as_the_model_computes(tmp_path
     assert info.tokenizer.kind == "char"  # the run's characters travel with the folder
 
 
+@pytest.mark.parametrize("vocab,special", [(65, None), (50304, 50256)])
+def test_transformers_loads_the_folder_without_a_warning(tmp_path, vocab, special):
+    """A char model's folder once made transformers warn that bos/eos 50256 lie outside its
+    65-token vocabulary (issue 27); its logger and Python's warnings must both stay silent."""
+    import logging
+    import warnings
+
+    transformers = pytest.importorskip("transformers")
+    model = GPT(GPTConfig(vocab_size=vocab, block_size=16, n_layer=1, n_head=2, n_embd=16), seed=0).eval()
+    folder = save_hf_folder(model, tmp_path / "hf")
+    heard = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            heard.append(record.getMessage())
+
+    logger = transformers.utils.logging.get_logger()  # transformers' root logger ("transformers")
+    handler, level = Collect(level=logging.WARNING), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            hf = transformers.GPT2LMHeadModel.from_pretrained(folder)
+            hf.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=2, do_sample=False)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert not [m for m in heard if "token_id" in m or "vocabulary" in m], heard
+    assert (hf.config.bos_token_id, hf.config.eos_token_id) == (special, special)
+
+
 def test_parts_gpt2_cannot_hold_are_refused_before_writing(tmp_path):
     model = GPT(GPTConfig(vocab_size=50, block_size=16, n_layer=1, n_head=2, n_embd=16, norm="rmsnorm",
                           pos_embedding="rope"), init="gpt2", seed=0)
