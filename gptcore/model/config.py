@@ -43,6 +43,17 @@ class ConfigError(UserError):
         self.reason = message
 
 
+def from_known_fields(cls, values: dict, error: type[Exception]):
+    """`cls(**values)` for a config dataclass, refusing an unknown key by name with the known ones
+    (a saved config from another version, a typo in a command line) before it becomes a TypeError;
+    `error(field, message)` is the config's own error (ConfigError, TrainConfigError)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise error(unknown[0], f"not a {cls.__name__} field; known fields are {', '.join(sorted(names))}")
+    return cls(**values)
+
+
 PRESETS: dict[str, dict] = {
     # The published GPT-2 shapes (Radford et al. 2019; HF config.json files).
     "gpt2": dict(n_layer=12, n_head=12, n_embd=768),
@@ -152,11 +163,7 @@ class GPTConfig:
 
     @classmethod
     def from_dict(cls, values: dict) -> "GPTConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - names)
-        if unknown:
-            raise ConfigError(unknown[0], f"not a GPTConfig field; known fields are {', '.join(sorted(names))}")
-        return cls(**values)
+        return from_known_fields(cls, values, ConfigError)
 
     # -- validation ------------------------------------------------------------------
     def validate(self) -> None:

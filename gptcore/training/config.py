@@ -14,6 +14,8 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from gptcore.model.config import from_known_fields
+
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -82,11 +84,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, values: dict) -> "TrainConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - names)
-        if unknown:
-            raise TrainConfigError(unknown[0], f"not a TrainConfig field; known fields are {', '.join(sorted(names))}")
-        return cls(**values)
+        return from_known_fields(cls, values, TrainConfigError)
 
     # -- the schedule -------------------------------------------------------------------------
     def lr_at(self, it: int) -> float:
