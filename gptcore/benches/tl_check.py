@@ -77,17 +77,10 @@ def _tl_dla(bridge, cache, hf):
 
 def run_check() -> dict:
     import transformers
-    from transformer_lens import patching as tl_patching
-    from transformer_lens.head_detector import (compute_head_attention_similarity_score,
-                                                get_duplicate_token_head_detection_pattern,
-                                                get_induction_head_detection_pattern,
-                                                get_previous_token_head_detection_pattern)
     from transformer_lens.model_bridge import TransformerBridge
 
     from gptcore.interp.attribution import direct_logit_attribution
     from gptcore.io.loading import load
-    from gptcore.interp.patching import patch_all
-    from gptcore.interp.probes.census import head_census
 
     transformers.utils.logging.disable_progress_bar()
     from importlib.metadata import version
@@ -99,7 +92,7 @@ def run_check() -> dict:
         ours, _ = load(str(Path(tmp) / "model"), device="cpu")
         tok = _tokenizer(transformers, Path(tmp) / "tokenizer")
         bridge = TransformerBridge.boot_transformers("gpt2", hf_model=hf, tokenizer=tok, device="cpu")
-    clean, corrupt = torch.tensor([CLEAN]), torch.tensor([CORRUPT])
+    clean = torch.tensor([CLEAN])
     with torch.no_grad():
         out["logits_max_abs_diff"] = _diff(bridge(clean), ours(clean))
     _, cache = bridge.run_with_cache(clean)
@@ -108,7 +101,19 @@ def run_check() -> dict:
     tl_heads, tl_mlps = _tl_dla(bridge, cache, hf)
     out["dla_heads_max_abs_diff"] = _diff(ours_dla.heads, tl_heads)
     out["dla_mlps_max_abs_diff"] = _diff(ours_dla.mlps, tl_mlps)
+    out.update(_patching_diffs(ours, bridge, cache))
+    out["census_max_abs_diff"] = _census_diff(ours, bridge)
+    out["ok"] = all(v < TOLERANCE for k, v in out.items() if k.endswith("max_abs_diff"))
+    return out
 
+
+def _patching_diffs(ours, bridge, cache) -> dict:
+    """patch_all's four maps against TL's activation patching, on TL's normalised logit-diff metric."""
+    from transformer_lens import patching as tl_patching
+
+    from gptcore.interp.patching import patch_all
+
+    clean, corrupt = torch.tensor([CLEAN]), torch.tensor([CORRUPT])
     with torch.no_grad():
         ld_clean = float((lambda l: l[0, -1, TARGET] - l[0, -1, CONTRAST])(bridge(clean)))
         ld_corrupt = float((lambda l: l[0, -1, TARGET] - l[0, -1, CONTRAST])(bridge(corrupt)))
@@ -121,15 +126,25 @@ def run_check() -> dict:
                "resid": tl_patching.get_act_patch_resid_pre,
                "attn": tl_patching.get_act_patch_attn_out,
                "mlp": tl_patching.get_act_patch_mlp_out}
-    for kind, fn in tl_maps.items():
-        out[f"patch_{kind}_max_abs_diff"] = _diff(maps[kind].scores, fn(bridge, corrupt, cache, metric))
+    return {f"patch_{kind}_max_abs_diff": _diff(maps[kind].scores, fn(bridge, corrupt, cache, metric))
+            for kind, fn in tl_maps.items()}
+
+
+def _census_diff(ours, bridge) -> float:
+    """The head census's scores against TL's head detector, row by row (the census averages its batch)."""
+    from transformer_lens.head_detector import (compute_head_attention_similarity_score,
+                                                get_duplicate_token_head_detection_pattern,
+                                                get_induction_head_detection_pattern,
+                                                get_previous_token_head_detection_pattern)
+
+    from gptcore.interp.probes.census import head_census
 
     census = head_census(ours, half=8, batch=2, seed=1)
     detectors = {"previous_token": get_previous_token_head_detection_pattern,
                  "duplicate_token": get_duplicate_token_head_detection_pattern,
                  "induction": get_induction_head_detection_pattern}
     worst = 0.0
-    for row in census.tokens:  # the census averages its batch: compare row by row
+    for row in census.tokens:
         _, row_cache = bridge.run_with_cache(row[None])
         for kind, detector in detectors.items():
             pattern = detector(row[None])
@@ -138,9 +153,7 @@ def run_check() -> dict:
                 exclude_current_token=False, error_measure="mul") for h in range(SHAPE["n_head"])]
                 for l in range(SHAPE["n_layer"])])
             worst = max(worst, _diff(_census_row(ours, row, kind), tl))
-    out["census_max_abs_diff"] = worst
-    out["ok"] = all(v < TOLERANCE for k, v in out.items() if k.endswith("max_abs_diff"))
-    return out
+    return worst
 
 
 def _census_row(model, row: torch.Tensor, kind: str) -> torch.Tensor:
