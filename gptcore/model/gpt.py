@@ -144,11 +144,16 @@ class CausalSelfAttention(nn.Module):
             if grouped:
                 k = k.repeat_interleave(nh // nkv, dim=1)  # (B, nh, S, hs)
                 v = v.repeat_interleave(nh // nkv, dim=1)  # (B, nh, S, hs)
-            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, nh, T, S)
+            # A bf16/fp16 model's scores and pattern are computed in fp32 from its q and k: what
+            # the views show is the softmax itself, not a 3-digit rounding of it (issue 28).
+            low = q.dtype in (torch.bfloat16, torch.float16)
+            q32, k32 = (q.float(), k.float()) if low else (q, k)
+            scores = (q32 @ k32.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, nh, T, S)
             allowed = _causal_mask(T, S, past, x.device)  # (T, S)
             scores = self.hook_attn_scores(scores.masked_fill(~allowed, float("-inf")))
             pattern = self.hook_pattern(F.softmax(scores, dim=-1))  # (B, nh, T, S)
-            y = self.attn_dropout(pattern) @ v  # (B, nh, T, hs)
+            y = self.attn_dropout(pattern) @ (v.float() if low else v)  # (B, nh, T, hs)
+            y = y.to(q.dtype)
         elif past == 0:
             y = _fused_attention(q, k, v, dropout_p=p_drop, is_causal=True, enable_gqa=grouped)
         elif T == 1:  # one query sees all keys

@@ -164,7 +164,7 @@ class Linear(nn.Linear):
         from gptcore.model import packed_bf16
 
         w, b = self.weight, self.bias
-        if x.numel() != x.shape[-1] or not packed_bf16.available():
+        if x.numel() != x.shape[-1] or w.is_inference() or not packed_bf16.available():
             return F.linear(x, w, b)
         try:
             packed = packed_bf16.packed_weight(self)

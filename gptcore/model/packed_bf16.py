@@ -11,7 +11,8 @@ Only where the CPU computes bf16 natively (avx512_bf16 or AMX: `gptcore.training
 for one row (a prompt's rows take F.linear) and only when nothing needs autograd (Linear checks).
 The packed copy costs as much memory again as the bf16 weights; it is made at a layer's first
 one-row call and made again when the weight changes (another tensor, or written in place: torch
-counts in-place writes in `_version`).
+counts in-place writes in `_version`). Weights made under inference_mode keep no such count, so
+they take F.linear (the explorer and `load` make ordinary tensors).
 
 Why it cannot break: the ops are private to torch, so they are probed once against F.linear
 (the slow path; agreement within bf16 rounding); an exception or a wrong answer switches the
