@@ -24,6 +24,7 @@ from PySide6.QtCore import QObject, Signal
 
 from explorer.views.attention.panel import AttentionPanel
 from explorer.controllers.base import PanelController
+from explorer.controllers.views import AttentionView
 from explorer.controllers.live import LiveRequest
 
 log = logging.getLogger("explorer.attention")
@@ -39,14 +40,14 @@ def head_summary_text(result, layer: int, head: int) -> str:
             f" · first-token {result.first_token[layer, head]:.2f}")
 
 
-class AttentionController(PanelController):
+class AttentionController(PanelController[AttentionView]):
     """Connects an AttentionPanel to ctx.session through ctx.runner (see module docstring)."""
 
     drawn = Signal(object)  # the AttentionResult just drawn (tests record every frame)
     view_class = AttentionPanel
     task_keys = (TASK_KEY, "attention-census")
 
-    def __init__(self, ctx, view: AttentionPanel, parent: QObject | None = None,
+    def __init__(self, ctx, view: AttentionView, parent: QObject | None = None,
                  debounce_ms: int = DEBOUNCE_MS, thumb_size: int = THUMB_SIZE):
         super().__init__(ctx, view, parent)
         panel = view

@@ -22,6 +22,7 @@ from explorer.views.attribution.panel import AttributionPanel, Pick
 from explorer.controllers.context import ABLATION_TASK
 from explorer.session.events import ModelSwapped
 from explorer.controllers.base import PanelController
+from explorer.controllers.views import AttributionView
 from explorer.controllers.live import LiveRequest
 
 log = logging.getLogger("explorer.attribution")
@@ -32,16 +33,15 @@ DEFAULT_CORRUPT = "When Mary and John went to the store, Mary gave a drink to"
 KEYS = dict(dla="attribution", patch="patching", cell="patched-cell", census="census", ablation=ABLATION_TASK)
 
 
-class AttributionController(PanelController):
+class AttributionController(PanelController[AttributionView]):
     drawn = Signal(object)  # the AttributionResult just drawn
     patched = Signal(object)  # the PatchingResult just drawn
     censusDrawn = Signal(object)
     view_class = AttributionPanel
     task_keys = tuple(KEYS.values())
 
-    def __init__(self, ctx, view: AttributionPanel, parent: QObject | None = None, debounce_ms: int = DEBOUNCE_MS):
+    def __init__(self, ctx, view: AttributionView, parent: QObject | None = None, debounce_ms: int = DEBOUNCE_MS):
         super().__init__(ctx, view, parent)
-        self.panel = panel = view
         self.result = None  # AttributionResult on screen
         self.patch_result = None  # PatchingResult on screen
         self.census = None
@@ -50,19 +50,19 @@ class AttributionController(PanelController):
         self._patch_answered = True
         self.live = LiveRequest(self._start_dla, debounce_ms, parent=self)
         self.timer = self.live.timer
-        panel.promptChanged.connect(lambda _text: self.live.poke())
-        panel.targetPicked.connect(self.pick_target)
-        panel.contrastPicked.connect(self.pick_contrast)
-        panel.headToggled.connect(lambda layer, head: self._change_ablation("head", layer, head))
-        panel.mlpToggled.connect(lambda layer: self._change_ablation("mlp", layer))
-        panel.modeChanged.connect(lambda mode: self._change_ablation("mode", mode))
-        panel.resetRequested.connect(lambda: self._change_ablation("reset"))
-        panel.runRequested.connect(self.run_patching)
-        panel.cancelRequested.connect(lambda: self.ctx.runner.cancel(KEYS["patch"]))
-        panel.cellClicked.connect(self.show_cell)
-        panel.exportRequested.connect(self._export_dialog)
-        panel.set_corrupt_text(DEFAULT_CORRUPT)
-        panel.set_prompt_text(DEFAULT_PROMPT)  # --prompt arrives through set_prompt (PanelPage)
+        view.promptChanged.connect(lambda _text: self.live.poke())
+        view.targetPicked.connect(self.pick_target)
+        view.contrastPicked.connect(self.pick_contrast)
+        view.headToggled.connect(lambda layer, head: self._change_ablation("head", layer, head))
+        view.mlpToggled.connect(lambda layer: self._change_ablation("mlp", layer))
+        view.modeChanged.connect(lambda mode: self._change_ablation("mode", mode))
+        view.resetRequested.connect(lambda: self._change_ablation("reset"))
+        view.runRequested.connect(self.run_patching)
+        view.cancelRequested.connect(lambda: self.ctx.runner.cancel(KEYS["patch"]))
+        view.cellClicked.connect(self.show_cell)
+        view.exportRequested.connect(self._export_dialog)
+        view.set_corrupt_text(DEFAULT_CORRUPT)
+        view.set_prompt_text(DEFAULT_PROMPT)  # --prompt arrives through set_prompt (PanelPage)
         self._show_ablation()
         self.request_census()
 
@@ -72,21 +72,21 @@ class AttributionController(PanelController):
         return self.result is not None
 
     def set_prompt(self, text: str) -> None:
-        if text == self.panel.prompt_text():
+        if text == self.view.prompt_text():
             return
-        self.panel.set_prompt_text(text)
+        self.view.set_prompt_text(text)
         self.request()
 
     def invalidate(self, event) -> None:
         """A new model: its shape may differ, so the maps go; a new ablation: what is drawn is
         marked out of date until the recomputation lands (patching waits for Run)."""
         reason = event.reason
-        self.panel.set_status(reason)
+        self.view.set_status(reason)
         if isinstance(event, ModelSwapped):
             self.result = self.patch_result = self.census = None
-            self.panel.clear_results(reason)
+            self.view.clear_results(reason)
         elif self.patch_result is not None:
-            self.panel.set_patch_message(f"{reason}: these maps are from before; Run again", error=True)
+            self.view.set_patch_message(f"{reason}: these maps are from before; Run again", error=True)
 
     def refresh(self) -> None:
         self.request()
@@ -104,44 +104,44 @@ class AttributionController(PanelController):
     def _start_dla(self, done) -> bool:
         session = self.session
         if not session.has_model:
-            self.panel.set_status("waiting for a model…")
+            self.view.set_status("waiting for a model…")
             return False
-        text, target, contrast = self.panel.prompt_text(), self.target, self.contrast
+        text, target, contrast = self.view.prompt_text(), self.target, self.contrast
 
         def work(token, _progress):
             token.raise_if_cancelled()
             return session.interp.attribution(text, target, contrast)
 
-        self.panel.set_status("computing…")
-        self.panel.set_message("")  # a new question: the last complaint no longer applies
+        self.view.set_status("computing…")
+        self.view.set_message("")  # a new question: the last complaint no longer applies
         self.submit(KEYS["dla"], work, on_result=self._on_result, on_error=self._on_error, on_finished=done)
         return True
 
     def _on_result(self, result) -> None:
         self.result = result
-        self.panel.set_attribution(result)
-        self.panel.set_status(f"{len(result.tokens)} tokens · {result.elapsed_s * 1000:.0f} ms")
+        self.view.set_attribution(result)
+        self.view.set_status(f"{len(result.tokens)} tokens · {result.elapsed_s * 1000:.0f} ms")
         self.drawn.emit(result)
         self.mark_ready()
 
     def _on_error(self, exc: BaseException) -> None:
-        self.panel.set_status("")  # not "computing…" next to the error: nothing is
+        self.view.set_status("")  # not "computing…" next to the error: nothing is
         self._show_error("Attribution failed", exc)
 
     def _show_error(self, title: str, exc: BaseException, patching: bool = False) -> None:
         """The one error path: an input problem stays in the panel; a bug also opens the dialog."""
         message = self.report_error(exc, title).inline
         if patching:
-            self.panel.set_patch_message(message, error=True)
+            self.view.set_patch_message(message, error=True)
         else:
-            self.panel.set_message(message)
+            self.view.set_message(message)
 
     # -- target and contrast -------------------------------------------------------------------
     def _resolve(self, text: str) -> int | None:
         try:
             return self.session.interp.resolve_token(text).id
         except ValueError as exc:
-            self.panel.set_message(str(exc))
+            self.view.set_message(str(exc))
             return None
 
     def pick_target(self, text) -> None:
@@ -153,7 +153,7 @@ class AttributionController(PanelController):
             if token is None:
                 return
             if token == self.contrast:
-                self.panel.set_message(f"target and contrast are the same token ({text!r}); pick another contrast")
+                self.view.set_message(f"target and contrast are the same token ({text!r}); pick another contrast")
                 return
             self.target = token
         self.request()
@@ -170,14 +170,14 @@ class AttributionController(PanelController):
                 return
             current_target = self.target if self.target is not None else (self.result.target.id if self.result else None)
             if token == current_target:
-                self.panel.set_message(f"target and contrast are the same token ({text!r}); pick another contrast")
+                self.view.set_message(f"target and contrast are the same token ({text!r}); pick another contrast")
                 return
             self.contrast = token
         self.request()
 
     # -- ablation (session state) -------------------------------------------------------------
     def _change_ablation(self, what: str, *args) -> None:
-        mode = self.panel.ablation_mode()
+        mode = self.view.ablation_mode()
 
         def work(session):
             if what == "head":
@@ -195,13 +195,13 @@ class AttributionController(PanelController):
 
     def _show_ablation(self) -> None:
         state = self.session.interp.ablation
-        self.panel.set_ablation(state.heads, state.mlps, state.text(), state.mode)
+        self.view.set_ablation(state.heads, state.mlps, state.text(), state.mode)
 
     # -- patching ------------------------------------------------------------------------------
     def run_patching(self, corrupt_text: str) -> None:
         session, result = self.session, self.result
         if result is None:  # none yet, or cleared by a change it was computed before
-            self.panel.set_patch_message("wait for the attribution of the clean prompt to finish, then Run", error=True)
+            self.view.set_patch_message("wait for the attribution of the clean prompt to finish, then Run", error=True)
             return
         clean_text = result.text
         target = result.target.id
@@ -210,17 +210,17 @@ class AttributionController(PanelController):
         def work(token, progress):
             return session.interp.patching(clean_text, corrupt_text, target, contrast, progress=progress, cancel=token)
 
-        self.panel.set_running(True)
-        self.panel.set_patch_message("patching…")
+        self.view.set_running(True)
+        self.view.set_patch_message("patching…")
         self._patch_answered = False  # stays False when the run ends by Cancel (no result, no error)
         self.submit(KEYS["patch"], work, on_result=self._on_patched, on_error=self._on_patch_error,
-                    on_progress=lambda done, total, _msg: self.panel.set_progress(done, total),
+                    on_progress=lambda done, total, _msg: self.view.set_progress(done, total),
                     on_finished=self._patching_finished, on_dropped=self._patch_outdated)
 
     def _patch_outdated(self) -> None:
         """The run ended after the model or the ablation changed: its maps answer another question."""
         self._patch_answered = True
-        self.panel.set_patch_message("the model or the ablation changed during the run; Run again", error=True)
+        self.view.set_patch_message("the model or the ablation changed during the run; Run again", error=True)
 
     def _on_patch_error(self, exc: BaseException) -> None:
         self._patch_answered = True
@@ -229,13 +229,13 @@ class AttributionController(PanelController):
     def _on_patched(self, result) -> None:
         self._patch_answered = True
         self.patch_result = result
-        self.panel.set_patching(result)
+        self.view.set_patching(result)
         self.patched.emit(result)
 
     def _patching_finished(self) -> None:
-        self.panel.set_running(False)
+        self.view.set_running(False)
         if not self._patch_answered:
-            self.panel.set_patch_message("cancelled; the maps shown (if any) are from the previous run")
+            self.view.set_patch_message("cancelled; the maps shown (if any) are from the previous run")
 
     def show_cell(self, kind: str, layer: int, index: int) -> None:
         r = self.patch_result
@@ -247,7 +247,7 @@ class AttributionController(PanelController):
             token.raise_if_cancelled()
             return session.interp.patched_distribution(r.clean_text, r.corrupt_text, kind, layer, index)
 
-        self.submit(KEYS["cell"], work, on_result=self.panel.set_patched_distribution,
+        self.submit(KEYS["cell"], work, on_result=self.view.set_patched_distribution,
                     on_error=lambda exc: self._show_error("Patched distribution failed", exc, patching=True))
 
     # -- census ----------------------------------------------------------------------------------
@@ -264,10 +264,10 @@ class AttributionController(PanelController):
                     on_error=lambda exc: self._show_error("Head census failed", exc))
 
     def _on_census(self, census) -> None:
-        if not shiboken6.isValid(self.panel):
+        if not shiboken6.isValid(self.view):
             return  # the view closed while it was computed
         self.census = census
-        self.panel.set_census(census.rows(), self.session.interp.ablation.heads)
+        self.view.set_census(census.rows(), self.session.interp.ablation.heads)
         self.censusDrawn.emit(census)
 
     # -- model swaps and ablation changes ---------------------------------------------------------
@@ -286,13 +286,13 @@ class AttributionController(PanelController):
 
     # -- export ----------------------------------------------------------------------------------
     def _export_dialog(self, key: str, fmt: str) -> None:
-        self.export_with_dialog(f"attribution-{key}.{fmt}", self._writer(key, fmt), self.panel.set_message)
+        self.export_with_dialog(f"attribution-{key}.{fmt}", self._writer(key, fmt), self.view.set_message)
 
     def export(self, key: str, fmt: str, path: str) -> None:
-        self.export_to(path, self._writer(key, fmt), self.panel.set_message)
+        self.export_to(path, self._writer(key, fmt), self.view.set_message)
 
     def _writer(self, key: str, fmt: str):
-        return lambda path: self.panel.export(key, fmt, path, self.export_meta(key))
+        return lambda path: self.view.export(key, fmt, path, self.export_meta(key))
 
     def export_meta(self, key: str) -> dict:
         """What a CSV of view `key` was computed from: the model, the ablation in force, and

@@ -18,6 +18,7 @@ forget either.
 from __future__ import annotations
 
 import logging
+from typing import Generic, TypeVar
 
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QFileDialog, QVBoxLayout, QWidget
@@ -28,16 +29,22 @@ from explorer.session.events import MODEL_CHANGED, ModelSwapped  # noqa: F401 - 
 
 log = logging.getLogger("explorer")
 
+ViewT = TypeVar("ViewT")  # the view's protocol (explorer/controllers/views.py)
 
-class PanelController(QObject):
-    """Base of every panel controller. Subclasses set `view_class` (or override
-    `make_view`) and override what their panel needs; every default is safe."""
+
+class PanelController(QObject, Generic[ViewT]):
+    """Base of every panel controller. A subclass names its view's protocol as its type,
+    `class AttentionController(PanelController[AttentionView])`, and asks of `self.view` only
+    what that protocol declares (tests/explorer/test_view_protocols.py holds it to that);
+    `view_class` is the concrete Qt panel `make_view` builds, nothing more. It overrides what
+    its panel needs; every default is safe."""
 
     dataReady = Signal()  # once, after the first real data (or the reason there is none) is drawn
     view_class: type[QWidget] | None = None
     task_keys: tuple[str, ...] = ()  # runner keys this panel submits under (cancelled on shutdown)
+    view: ViewT
 
-    def __init__(self, ctx: PanelContext, view: QWidget, parent: QObject | None = None):
+    def __init__(self, ctx: PanelContext, view: ViewT, parent: QObject | None = None):
         super().__init__(parent)
         self.ctx, self.view = ctx, view
         self._ready_sent = False
@@ -108,24 +115,17 @@ class PanelController(QObject):
             self.dataReady.emit()
 
     def state_now(self):
-        """The one stale rule's token: a predicate that stays True while the session is in the
-        state it is in now (same model, same ablation, same settings)."""
-        session = self.ctx.session
-        version = session.version
-
-        def current() -> bool:
-            return session.version == version
-
-        return current
+        """The one stale rule's token for the state the session is in now (PanelContext.state_now)."""
+        return self.ctx.state_now()
 
     def submit(self, key: str, work, *, still_current=None, **callbacks) -> int:
-        """`ctx.runner.submit` with the state this request is computed for (`state_now()`):
-        its result (or error) is dropped by the runner if the session moved on before it
-        arrived (the event that moved it asks for a new one), so no controller compares
-        versions by hand. Work that does not depend on the session's state, or changes it
-        itself (reading a run folder, showing a training step), passes `still_current`: the
-        predicate its result is kept under instead (say, "the same run is still followed")."""
-        return self.ctx.runner.submit(key, work, current=still_current or self.state_now(), **callbacks)
+        """THE way a controller starts background work (the one stale rule, PanelContext.submit):
+        its result (or error) is dropped if the session moved on before it arrived, so no
+        controller compares versions by hand. Work that does not depend on the whole state, or
+        changes it itself, says what it does depend on with `still_current`: `ctx.model_now()`,
+        `any_state` (explorer/controllers/context.py), or its own predicate (reading a run
+        folder, showing a training step: "the same run is still followed")."""
+        return self.ctx.submit(key, work, still_current=still_current, **callbacks)
 
     # -- exports: the one entry point ---------------------------------------------------------------
     FILE_FILTERS = {"png": "PNG image (*.png)", "svg": "SVG image (*.svg)", "csv": "CSV (*.csv)",

@@ -16,11 +16,12 @@ from gptcore.model.config import GPT2_VOCAB, PRESETS, ConfigError, GPTConfig
 from gptcore.model.config import describe_parts, preset_name
 from gptcore.model.params import count_parameters, format_bytes, format_count, modern_differences
 
-from explorer.controllers.context import PanelContext
+from explorer.controllers.context import PanelContext, any_state
 from explorer.views.config.panel import ConfigPanel
 from explorer.views.config.param_readout import ComponentRow, ParamReadout
 from explorer.runtime.workers import MODEL_TASK
 from explorer.controllers.base import PanelController
+from explorer.controllers.views import ConfigView
 
 PRESET_ORDER = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilgpt2")
 SETTINGS_KEY = "config_panel"
@@ -56,10 +57,10 @@ def preset_of(values: dict) -> str | None:
         return None
 
 
-class ConfigController(PanelController):
+class ConfigController(PanelController[ConfigView]):
     view_class = ConfigPanel
 
-    def __init__(self, ctx: PanelContext, view: ConfigPanel, parent: QObject | None = None):
+    def __init__(self, ctx: PanelContext, view: ConfigView, parent: QObject | None = None):
         super().__init__(ctx, view, parent)
         from gptcore.model.init import INIT_SCHEMES
 
@@ -149,8 +150,9 @@ class ConfigController(PanelController):
         def work(token, progress):
             return session.build(cfg.to_dict(), scheme, seed, progress, name=name, cancel=token)
 
-        self.ctx.runner.submit(MODEL_TASK, work, on_result=self._built, on_error=self._build_failed,
-                               on_progress=self.view.set_build_progress, on_finished=self._build_finished)
+        # A build changes the state itself (it swaps the model in): its outcome is for any state.
+        self.submit(MODEL_TASK, work, still_current=any_state, on_result=self._built, on_error=self._build_failed,
+                    on_progress=self.view.set_build_progress, on_finished=self._build_finished)
 
     def on_train(self) -> None:
         """"Train this config…": the Train panel takes the last valid config of the form."""

@@ -34,6 +34,13 @@ log = logging.getLogger("explorer")
 ABLATION_TASK = "ablation"  # the runner key of every ablation change
 
 
+def any_state() -> bool:
+    """`still_current` for work whose result does not depend on the session's state: a
+    random-init sweep (its own throw-away models), a model build (it changes the state
+    itself). Saying so is explicit; leaving `still_current` out means "this state"."""
+    return True
+
+
 class WindowServices(Protocol):
     """What the main window offers panels (MainWindow implements it)."""
 
@@ -102,6 +109,37 @@ class PanelContext:
             self.window.show_error_dialog(heading, f"{expl.message}\n\n{after}" if after else expl.message)
         return expl
 
+    # -- the one stale rule: every background task of every panel starts here ---------------------
+    def state_now(self) -> Callable[[], bool]:
+        """A predicate that stays True while the session is in the state it is in now (same
+        model, same ablation, same settings, same training step shown)."""
+        session = self.session
+        version = session.version
+
+        def current() -> bool:
+            return session.version == version
+
+        return current
+
+    def model_now(self) -> Callable[[], bool]:
+        """A predicate that stays True while the same model is loaded (whatever else changes)."""
+        session = self.session
+        model = session.model
+
+        def current() -> bool:
+            return session.model is model
+
+        return current
+
+    def submit(self, key: str, work, *, still_current: Callable[[], bool] | None = None, **callbacks) -> int:
+        """THE way a panel's background work starts (PanelController.submit, change_ablation):
+        `runner.submit` with the state the result is for. It is dropped by the runner if the
+        session moved on before it arrived (the event that moved it asks for a new one), so no
+        controller compares versions by hand. By default the result is for the state now
+        (`state_now()`); work that depends on less says so with `still_current`: `model_now()`
+        (the same model), `any_state` (nothing), or its own predicate (the same run followed)."""
+        return self.runner.submit(key, work, current=still_current or self.state_now(), **callbacks)
+
     def change_ablation(self, change, on_error) -> None:
         """THE way to change the session's ablation (a Shift+click in Attention, a click in
         Attribution, the status bar's Reset): `change(session)` runs on the compute thread
@@ -110,7 +148,10 @@ class PanelContext:
         session = self.session
         if session is None or not session.has_model:
             return
-        self.runner.submit(ABLATION_TASK, lambda token, progress: change(session), on_error=on_error)
+        # Kept while the same model is loaded: the change itself moves the version on, and a
+        # refusal (the heads it names) means something only for the model it was asked of.
+        self.submit(ABLATION_TASK, lambda token, progress: change(session), still_current=self.model_now(),
+                    on_error=on_error)
 
     def show_message(self, text: str, timeout_ms: int = 5000) -> None:
         """A transient line in the status bar (the log when there is no window)."""

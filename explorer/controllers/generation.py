@@ -28,6 +28,7 @@ from explorer.widgets.formatting import format_prob
 from explorer.views.generation.panel import GenerationPanel
 from explorer.session.events import ModelSwapped
 from explorer.controllers.base import PanelController
+from explorer.controllers.views import GenerationView
 from explorer.controllers.live import LiveRequest
 
 LOGITS_KEY = "generation.logits"
@@ -53,7 +54,7 @@ class _Run:
     error: str = ""
 
 
-class GenerationController(PanelController):
+class GenerationController(PanelController[GenerationView]):
     """Feeds a GenerationPanel: the live distribution and streamed generation."""
 
     generationFinished = Signal(str)  # why it ended: "done", "stopped", "model changed", "error"
@@ -63,7 +64,7 @@ class GenerationController(PanelController):
     def make_view(cls, ctx) -> GenerationPanel:
         return GenerationPanel(vocab_size=_drawable_vocab(ctx.session))
 
-    def __init__(self, ctx, view: GenerationPanel, parent: QObject | None = None):
+    def __init__(self, ctx, view: GenerationView, parent: QObject | None = None):
         super().__init__(ctx, view, parent)
         self.session = ctx.session
         self.runner = ctx.runner
@@ -252,11 +253,12 @@ class GenerationController(PanelController):
                 progress(run.produced, run.max_new_tokens, "")
             return run.produced
 
-        self.runner.submit(RUN_KEY, work,
-                           on_progress=lambda *_: self._drain(run),
-                           on_result=lambda _n: self._drain(run),
-                           on_error=lambda exc: self._on_run_error(run, exc),
-                           on_finished=lambda: self._on_run_finished(run))
+        # For the state it started in: another model, ablation or setting stops the run (invalidate).
+        self.submit(RUN_KEY, work,
+                    on_progress=lambda *_: self._drain(run),
+                    on_result=lambda _n: self._drain(run),
+                    on_error=lambda exc: self._on_run_error(run, exc),
+                    on_finished=lambda: self._on_run_finished(run))
         return True
 
     def stop_generation(self) -> None:

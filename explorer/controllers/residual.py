@@ -17,6 +17,8 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from explorer.views.residual.panel import ResidualPanel
 from explorer.controllers.base import PanelController
+from explorer.controllers.context import any_state
+from explorer.controllers.views import ResidualView
 
 
 TASK_KEY = "residual"
@@ -58,7 +60,7 @@ def reference_label(name: str, status_word: str) -> str:
     return f"{name} (trained)" if status_word == "trained" else f"{name} (as loaded: training not known)"
 
 
-class ResidualController(PanelController):
+class ResidualController(PanelController[ResidualView]):
     drawn = Signal(str, object)  # (view, the session result drawn): tests record frames
     task_keys = (TASK_KEY, REFERENCE_KEY)
 
@@ -71,7 +73,7 @@ class ResidualController(PanelController):
         view.set_log_y(True)  # growth is multiplicative: log y shows every scheme
         return view
 
-    def __init__(self, ctx, view: ResidualPanel, parent: QObject | None = None, autorun: bool = True):
+    def __init__(self, ctx, view: ResidualView, parent: QObject | None = None, autorun: bool = True):
         super().__init__(ctx, view, parent)
         panel = view
         self.results: dict[str, object] = {}  # view -> last result drawn
@@ -171,13 +173,12 @@ class ResidualController(PanelController):
         self._running_view = view
         self.view.set_progress(0, steps * len(runs), "starting")
         self._set_status(view, f"Measuring {describe(settings)}…")
-        # Not self.submit: the random-init sweep does not depend on the loaded model, so a swap
-        # mid-sweep keeps it; only its reference curve is judged by `measured_on`.
-        self.ctx.runner.submit(TASK_KEY, work,
-                               on_result=lambda r, measured_on=self.state_now(): self._on_result(
-                                   view, settings, r, base, measured_on),
-                               on_error=self._on_error, on_progress=self.view.set_progress,
-                               on_finished=self._on_finished)
+        # The random-init sweep does not depend on the loaded model (any_state), so a swap mid-sweep
+        # keeps it; only its reference curve is judged by `measured_on`.
+        self.submit(TASK_KEY, work, still_current=any_state,
+                    on_result=lambda r, measured_on=self.state_now(): self._on_result(
+                        view, settings, r, base, measured_on),
+                    on_error=self._on_error, on_progress=self.view.set_progress, on_finished=self._on_finished)
 
     def _probe_base(self, settings: dict) -> dict:
         """The config the sweep's random models get from the loaded one (vocabulary, parts)."""
