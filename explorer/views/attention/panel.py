@@ -12,11 +12,12 @@ import numpy as np
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
-    QCheckBox, QHBoxLayout, QLabel, QMenu, QPlainTextEdit, QSplitter, QToolButton, QVBoxLayout, QWidget,
+    QCheckBox, QHBoxLayout, QLabel, QPlainTextEdit, QSplitter, QVBoxLayout, QWidget,
 )
 
 from explorer.views.attention.head_zoom import HeadZoom
 from explorer.widgets.heatmap_grid import HeatmapGrid
+from explorer.widgets.menu_button import menu_button
 from explorer.widgets.token_chips import TokenChips
 from explorer.widgets.token_stream import visible_token
 
@@ -44,62 +45,14 @@ class AttentionPanel(QWidget):
         super().__init__(parent)
         self._tokens: list[str] = []
         self._zoom_row: np.ndarray | None = None  # the zoomed head's pattern, for chip tints
-
-        self.prompt = QPlainTextEdit()
-        self.prompt.setPlaceholderText("Type a prompt: every layer's and head's attention updates as you type.")
-        self.prompt.setTabChangesFocus(True)
-        self.prompt.setFixedHeight(64)
-        self.prompt.textChanged.connect(lambda: self.promptChanged.emit(self.prompt.toPlainText()))
-
-        self.count_label = QLabel("0 tokens")
-        self.count_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        self.status_label = QLabel("")
-        self.status_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        self.status_label.setWordWrap(True)  # a long error grows downwards, never squeezes the prompt box
-        self.status_label.setMaximumWidth(STATUS_MAX_PX)
-        self.log_box = QCheckBox("log scale")
-        self.log_box.setToolTip("Colour by log₁₀ weight (1e-4 … 1) to see small weights")
-        self.log_box.toggled.connect(self._on_log)
-        self.bos_box = QCheckBox("prepend <|endoftext|>")
-        self.bos_box.setToolTip("Start the sequence with GPT-2's BOS token, as TransformerLens does by default")
-        self.bos_box.toggled.connect(self.bosToggled)
-        self.export_button = QToolButton()
-        self.export_button.setText("Export")
-        self.export_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
-        menu = QMenu(self.export_button)
-        for text, kind in (("Grid as PNG…", "grid-png"), ("Selected head as PNG…", "head-png"),
-                           ("Captured arrays as .npz (pooled maps, head stats, lens)…", "npz")):
-            menu.addAction(text, lambda kind=kind: self.exportRequested.emit(kind))
-        self.export_button.setMenu(menu)
-
-        side = QVBoxLayout()
-        side.addWidget(self.count_label)
-        side.addWidget(self.status_label)
-        opts = QHBoxLayout()
-        opts.addWidget(self.log_box)
-        opts.addWidget(self.bos_box)
-        opts.addWidget(self.export_button)
-        side.addLayout(opts)
-        top = QHBoxLayout()
-        top.addWidget(self.prompt, 1)
-        top.addLayout(side)
-
+        top = self._build_prompt_row()
         self.chips = TokenChips()
         self.crop_note = QLabel()
         self.crop_note.setObjectName("cropNote")
         self.crop_note.setStyleSheet("color: #ea580c; font-weight: 600;")
         self.crop_note.setWordWrap(True)
         self.crop_note.hide()
-
-        self.grid = HeatmapGrid()
-        self.zoom = HeadZoom()
-        splitter = QSplitter(Qt.Orientation.Horizontal)
-        splitter.addWidget(self.grid)
-        splitter.addWidget(self.zoom)
-        splitter.setStretchFactor(0, 3)
-        splitter.setStretchFactor(1, 2)
-        self.splitter = splitter
-
+        splitter = self._build_grid_and_zoom()
         self.readout = QLabel(" ")
         mono = QFont("monospace")
         mono.setStyleHint(QFont.StyleHint.Monospace)
@@ -112,12 +65,59 @@ class AttentionPanel(QWidget):
         layout.addWidget(self.crop_note)
         layout.addWidget(splitter, 1)
         layout.addWidget(self.readout)
-
-        self.grid.headSelected.connect(self.headSelected)
-        self.grid.ablateToggled.connect(self.ablateToggled)
         self.grid.hoverText.connect(self.readout.setText)
         self.zoom.hoverText.connect(self.readout.setText)
         self.zoom.queryHovered.connect(self._tint_chips)
+
+    # -- construction ------------------------------------------------------------------------
+    def _build_prompt_row(self) -> QHBoxLayout:
+        """The prompt box, and beside it the token count, the status line and the options."""
+        self.prompt = QPlainTextEdit()
+        self.prompt.setPlaceholderText("Type a prompt: every layer's and head's attention updates as you type.")
+        self.prompt.setTabChangesFocus(True)
+        self.prompt.setFixedHeight(64)
+        self.prompt.textChanged.connect(lambda: self.promptChanged.emit(self.prompt.toPlainText()))
+        self.count_label = QLabel("0 tokens")
+        self.count_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.status_label = QLabel("")
+        self.status_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.status_label.setWordWrap(True)  # a long error grows downwards, never squeezes the prompt box
+        self.status_label.setMaximumWidth(STATUS_MAX_PX)
+        self.log_box = QCheckBox("log scale")
+        self.log_box.setToolTip("Colour by log₁₀ weight (1e-4 … 1) to see small weights")
+        self.log_box.toggled.connect(self._on_log)
+        self.bos_box = QCheckBox("prepend <|endoftext|>")
+        self.bos_box.setToolTip("Start the sequence with GPT-2's BOS token, as TransformerLens does by default")
+        self.bos_box.toggled.connect(self.bosToggled)
+        self.export_button = menu_button("Export", [
+            (text, lambda kind=kind: self.exportRequested.emit(kind))
+            for text, kind in (("Grid as PNG…", "grid-png"), ("Selected head as PNG…", "head-png"),
+                               ("Captured arrays as .npz (pooled maps, head stats, lens)…", "npz"))])
+        side = QVBoxLayout()
+        side.addWidget(self.count_label)
+        side.addWidget(self.status_label)
+        opts = QHBoxLayout()
+        opts.addWidget(self.log_box)
+        opts.addWidget(self.bos_box)
+        opts.addWidget(self.export_button)
+        side.addLayout(opts)
+        top = QHBoxLayout()
+        top.addWidget(self.prompt, 1)
+        top.addLayout(side)
+        return top
+
+    def _build_grid_and_zoom(self) -> QSplitter:
+        self.grid = HeatmapGrid()
+        self.zoom = HeadZoom()
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(self.grid)
+        splitter.addWidget(self.zoom)
+        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(1, 2)
+        self.splitter = splitter
+        self.grid.headSelected.connect(self.headSelected)
+        self.grid.ablateToggled.connect(self.ablateToggled)
+        return splitter
 
     # -- data in ---------------------------------------------------------------------------
     def prompt_text(self) -> str:

@@ -13,13 +13,12 @@ A passive view (numpy in through `set_*`, intent out through signals); the contr
 """
 from __future__ import annotations
 
-import enum
 from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QComboBox, QFrame, QGridLayout, QHBoxLayout, QLabel, QMenu, QPlainTextEdit,
-                               QProgressBar, QPushButton, QScrollArea, QSplitter, QTabWidget, QToolButton, QVBoxLayout,
+from PySide6.QtWidgets import (QComboBox, QFrame, QGridLayout, QHBoxLayout, QLabel, QPlainTextEdit,
+                               QProgressBar, QPushButton, QScrollArea, QSplitter, QTabWidget, QVBoxLayout,
                                QWidget)
 
 from explorer.views.attribution.census_table import CensusTable
@@ -27,21 +26,9 @@ from explorer.widgets.csv_meta import with_metadata
 from explorer.widgets.distribution_chart import DistributionChart
 from explorer.widgets.elided_label import ElidedLabel
 from explorer.views.attribution.layer_bars import LayerBars
-from explorer.widgets.token_stream import format_prob, visible_token
+from explorer.views.attribution.token_picker import Pick, TokenPicker, token_label
+from explorer.widgets.menu_button import menu_button
 from explorer.widgets.value_heatmap import ValueHeatmap
-
-
-class Pick(enum.Enum):
-    """The pickers' special entries: what they mean travels as the member, the label only shows.
-    (A label used as protocol broke when a token's text happened to equal it, and on rewording.)"""
-
-    TOP1 = "(model's top-1)"
-    TOP2 = "(model's top-2)"
-    NONE = "(none: plain logit)"
-
-    @property
-    def label(self) -> str:
-        return self.value
 
 
 PATCH_KINDS = (("resid", "residual stream (block input)"), ("attn", "attention output"),
@@ -50,71 +37,6 @@ PATCH_MAP_MIN = (220, 190)  # px: 12 layers' rows stay apart, the axes and colou
 EXPORTS = (("bars", "DLA per layer"), ("heads", "DLA per head"), ("resid", "patching: residual"),
            ("attn", "patching: attention"), ("mlp", "patching: MLP"), ("pheads", "patching: heads"),
            ("census", "head census"))
-
-
-def _token_label(text: str) -> str:
-    return visible_token(text) if text else "∅"
-
-
-class _Picker(QComboBox):
-    """An editable token picker: special entries first, then the model's top tokens; emits
-    `picked(object)`: a `Pick` for a special entry, else the raw token text.
-
-    Tokens are listed as the chips show them (" creed" as "␣creed": a combo box would show a
-    leading space as nothing) and keep their raw text in the item's UserRole; what the user
-    types is read back the same way (`_raw`)."""
-
-    picked = Signal(object)  # Pick | str
-
-    def __init__(self, specials: tuple[str, ...]):
-        super().__init__()
-        self.setEditable(True)
-        self.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
-        self.setMinimumContentsLength(14)
-        self._specials = specials
-        for special in specials:
-            self.addItem(special.label, special)
-        self.activated.connect(lambda index: self.picked.emit(self.itemData(index)))
-        self.lineEdit().returnPressed.connect(lambda: self.picked.emit(self.choice()))
-
-    def set_top(self, tokens: list[str], probs: np.ndarray) -> None:
-        current = self.currentText()
-        self.blockSignals(True)
-        while self.count() > len(self._specials):
-            self.removeItem(self.count() - 1)
-        for token, p in zip(tokens, probs):
-            self.addItem(self._shown(token), token)
-            self.setItemData(self.count() - 1, f"{_token_label(token)}  {format_prob(float(p))}",
-                             Qt.ItemDataRole.ToolTipRole)
-        self.setEditText(current)
-        self.blockSignals(False)
-
-    def show_choice(self, text: str) -> None:
-        self.blockSignals(True)
-        self.setEditText(self._shown(text))
-        self.blockSignals(False)
-
-    def choice(self) -> str:
-        """The raw text of what the box shows (a listed entry's token, or what was typed)."""
-        return self._raw(self.currentText())
-
-    def reset(self) -> None:
-        """Only the special entries, the first one chosen: the tokens listed belonged to another model."""
-        self.set_top([], np.zeros(0))
-        self.show_choice(self._specials[0])
-
-    def entries(self) -> list[str]:
-        """The raw texts listed, specials first."""
-        return [self.itemData(i) for i in range(self.count())]
-
-    def _shown(self, text) -> str:
-        return text.label if isinstance(text, Pick) else _token_label(text)
-
-    def _raw(self, shown: str) -> str:
-        index = self.findText(shown, Qt.MatchFlag.MatchExactly)
-        if index >= 0:
-            return self.itemData(index)
-        return shown.replace("␣", " ").replace("↵", "\n").replace("→", "\t")  # typed: the chips' marks read back
 
 
 class AttributionPanel(QWidget):
@@ -134,17 +56,39 @@ class AttributionPanel(QWidget):
         super().__init__(parent)
         self._n_head = 0
         self._tokens: list[str] = []
+        self._build_prompt()
+        pickers = self._build_pickers_row()  # before the tabs: their hover read-outs go to its status label
+        self.census = CensusTable()
+        self.census.headToggled.connect(self.headToggled)
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self._build_attribution_tab(), "Attribution")
+        self.tabs.addTab(self._build_patching_tab(), "Patching")
+        self.tabs.addTab(self.census, "Head census")
 
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.prompt)
+        layout.addLayout(pickers)
+        layout.addWidget(self.message)
+        layout.addWidget(self.tabs, 1)
+
+    # -- construction ------------------------------------------------------------------------
+    def _build_prompt(self) -> None:
         self.prompt = QPlainTextEdit()
         self.prompt.setPlaceholderText("Type a prompt: which heads and MLPs push the model towards its next token?")
         self.prompt.setTabChangesFocus(True)
         self.prompt.setFixedHeight(52)
         self.prompt.textChanged.connect(lambda: self.promptChanged.emit(self.prompt.toPlainText()))
-        self.target = _Picker((Pick.TOP1,))
+        self.message = QLabel("")
+        self.message.setWordWrap(True)
+        self.message.setTextFormat(Qt.TextFormat.RichText)
+
+    def _build_pickers_row(self) -> QHBoxLayout:
+        """Target, contrast, ablation mode and state, the hover read-out, Export."""
+        self.target = TokenPicker((Pick.TOP1,))
         self.target.setToolTip("The token to explain: pick one of the model's top tokens or type one "
                                "(mind the leading space: ' Mary') and press Enter")
         self.target.picked.connect(self.targetPicked)
-        self.contrast = _Picker((Pick.TOP2, Pick.NONE))
+        self.contrast = TokenPicker((Pick.TOP2, Pick.NONE))
         self.contrast.setToolTip("Attribute logit(target) − logit(contrast); '(none)' attributes the target's logit")
         self.contrast.picked.connect(self.contrastPicked)
         self.mode = QComboBox()
@@ -157,20 +101,11 @@ class AttributionPanel(QWidget):
         self.reset_button = QPushButton("Reset ablation")
         self.reset_button.setEnabled(False)
         self.reset_button.clicked.connect(self.resetRequested)
-        self.export_button = QToolButton()
-        self.export_button.setText("Export")
-        self.export_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
-        menu = QMenu(self.export_button)
-        for key, title in EXPORTS:
-            for fmt in ("csv", "png"):
-                menu.addAction(f"{title} as {fmt.upper()}…", lambda k=key, f=fmt: self.exportRequested.emit(k, f))
-        self.export_button.setMenu(menu)
+        self.export_button = menu_button("Export", [
+            (f"{title} as {fmt.upper()}…", lambda k=key, f=fmt: self.exportRequested.emit(k, f))
+            for key, title in EXPORTS for fmt in ("csv", "png")])
         self.status_label = ElidedLabel()  # hover read-outs are long: elided, never widening the window
         self.status_label.setTextFormat(Qt.TextFormat.RichText)
-        self.message = QLabel("")
-        self.message.setWordWrap(True)
-        self.message.setTextFormat(Qt.TextFormat.RichText)
-
         pickers = QHBoxLayout()
         for label, widget in (("target", self.target), ("minus", self.contrast), ("ablate as", self.mode)):
             pickers.addWidget(QLabel(label))
@@ -179,8 +114,9 @@ class AttributionPanel(QWidget):
         pickers.addWidget(self.reset_button)
         pickers.addWidget(self.status_label, 1)
         pickers.addWidget(self.export_button)
+        return pickers
 
-        # -- attribution tab
+    def _build_attribution_tab(self) -> QSplitter:
         self.bars = LayerBars()
         self.heads = ValueHeatmap("direct effect of each head (last column: the layer's MLP) — click to ablate",
                                   value_label="logit difference")
@@ -190,8 +126,40 @@ class AttributionPanel(QWidget):
         attribution.addWidget(self.bars)
         attribution.addWidget(self.heads)
         attribution.setSizes([420, 620])
+        return attribution
 
-        # -- patching tab
+    def _build_patching_tab(self) -> QSplitter:
+        """The corrupted prompt and Run on the left over the four maps (they scroll when short); the
+        patched distribution on the right."""
+        patch_left = QWidget()
+        left = QVBoxLayout(patch_left)
+        left.setContentsMargins(0, 0, 0, 0)
+        left.addLayout(self._build_patch_run_row())
+        self.progress = QProgressBar()
+        self.progress.setTextVisible(True)
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        left.addWidget(self.progress)
+        self.patch_message = QLabel("")
+        self.patch_message.setWordWrap(True)
+        self.patch_message.setTextFormat(Qt.TextFormat.RichText)
+        left.addWidget(self.patch_message)
+        self.maps_scroll = QScrollArea()
+        self.maps_scroll.setWidget(self._build_patch_maps())
+        self.maps_scroll.setWidgetResizable(True)
+        self.maps_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        left.addWidget(self.maps_scroll, 1)
+        self.patched = DistributionChart(rows=10)
+        self.patched.legend.setText("<span style='color:#8c8c8c'>⬚</span> corrupted run &nbsp; filled: with the "
+                                    "clicked cell patched from the clean run")
+        self.patched.caption.setText("Click a cell: the corrupted prompt's next token with that cell patched")
+        patching = QSplitter(Qt.Orientation.Horizontal)
+        patching.addWidget(patch_left)
+        patching.addWidget(self.patched)
+        patching.setSizes([760, 300])
+        return patching
+
+    def _build_patch_run_row(self) -> QHBoxLayout:
         self.corrupt = QPlainTextEdit()
         self.corrupt.setPlaceholderText("Corrupted prompt of the same length (e.g. swap the names), then Run")
         self.corrupt.setFixedHeight(44)
@@ -201,13 +169,15 @@ class AttributionPanel(QWidget):
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setEnabled(False)
         self.cancel_button.clicked.connect(self.cancelRequested)
-        self.progress = QProgressBar()
-        self.progress.setTextVisible(True)
-        self.progress.setRange(0, 1)
-        self.progress.setValue(0)
-        self.patch_message = QLabel("")
-        self.patch_message.setWordWrap(True)
-        self.patch_message.setTextFormat(Qt.TextFormat.RichText)
+        run_row = QHBoxLayout()
+        run_row.addWidget(self.corrupt, 1)
+        buttons = QVBoxLayout()
+        buttons.addWidget(self.run_button)
+        buttons.addWidget(self.cancel_button)
+        run_row.addLayout(buttons)
+        return run_row
+
+    def _build_patch_maps(self) -> QWidget:
         self.patch_maps: dict[str, ValueHeatmap] = {}
         maps_box = QWidget()
         maps = QGridLayout(maps_box)
@@ -219,46 +189,7 @@ class AttributionPanel(QWidget):
             view.hoverText.connect(self.status_label.setText)
             self.patch_maps[kind] = view
             maps.addWidget(view, i // 2, i % 2)
-        self.patched = DistributionChart(rows=10)
-        self.patched.legend.setText("<span style='color:#8c8c8c'>⬚</span> corrupted run &nbsp; filled: with the "
-                                    "clicked cell patched from the clean run")
-        self.patched.caption.setText("Click a cell: the corrupted prompt's next token with that cell patched")
-        run_row = QHBoxLayout()
-        run_row.addWidget(self.corrupt, 1)
-        buttons = QVBoxLayout()
-        buttons.addWidget(self.run_button)
-        buttons.addWidget(self.cancel_button)
-        run_row.addLayout(buttons)
-        patch_left = QWidget()
-        left = QVBoxLayout(patch_left)
-        left.setContentsMargins(0, 0, 0, 0)
-        left.addLayout(run_row)
-        left.addWidget(self.progress)
-        left.addWidget(self.patch_message)
-        self.maps_scroll = QScrollArea()
-        self.maps_scroll.setWidget(maps_box)
-        self.maps_scroll.setWidgetResizable(True)
-        self.maps_scroll.setFrameShape(QFrame.Shape.NoFrame)
-        left.addWidget(self.maps_scroll, 1)
-        patching = QSplitter(Qt.Orientation.Horizontal)
-        patching.addWidget(patch_left)
-        patching.addWidget(self.patched)
-        patching.setSizes([760, 300])
-
-        # -- census tab
-        self.census = CensusTable()
-        self.census.headToggled.connect(self.headToggled)
-
-        self.tabs = QTabWidget()
-        self.tabs.addTab(attribution, "Attribution")
-        self.tabs.addTab(patching, "Patching")
-        self.tabs.addTab(self.census, "Head census")
-
-        layout = QVBoxLayout(self)
-        layout.addWidget(self.prompt)
-        layout.addLayout(pickers)
-        layout.addWidget(self.message)
-        layout.addWidget(self.tabs, 1)
+        return maps_box
 
     # -- data in ---------------------------------------------------------------------------
     def prompt_text(self) -> str:
@@ -278,9 +209,9 @@ class AttributionPanel(QWidget):
         """r: an AttributionResult (its numpy fields and token choices)."""
         self._n_head = r.n_head
         self._tokens = list(r.tokens)
-        target = f"logit({_token_label(r.target.text)})"
+        target = f"logit({token_label(r.target.text)})"
         if r.contrast is not None:
-            target += f" − logit({_token_label(r.contrast.text)})"
+            target += f" − logit({token_label(r.contrast.text)})"
         parts = (f"<b>{target} = {r.total:+.3f}</b> = attention {float(r.attn.sum()):+.3f} + MLPs "
                  f"{float(r.mlps.sum()):+.3f} + embeddings {r.embed:+.3f} + biases {r.bias:+.3f}")
         if r.ablation.active:
@@ -332,7 +263,7 @@ class AttributionPanel(QWidget):
         """r: a PatchingResult."""
         L = r.heads.shape[0]
         rows = [f"L{l}" for l in range(L)]
-        positions = [_token_label(t) for t in r.tokens]  # the position is in the hover text and the CSV
+        positions = [token_label(t) for t in r.tokens]  # the position is in the hover text and the CSV
         for kind, _title in PATCH_KINDS:
             cols = [f"H{h}" for h in range(r.heads.shape[1])] if kind == "heads" else positions
             self.patch_maps[kind].set_matrix(r.map(kind), rows, cols, scale=1.0, col_px=30 if kind == "heads" else 56)

@@ -27,6 +27,24 @@ class GenerationPanel(QWidget):
 
     def __init__(self, parent: QWidget | None = None, vocab_size: int = 50257):
         super().__init__(parent)
+        top = self._build_prompt_row()
+        self.prompt_note = QLabel("")
+        self.prompt_note.setWordWrap(True)
+        self.prompt_note.setStyleSheet("color: #b8860b;")
+        self.prompt_note.hide()
+        self.controls = SamplingControls(vocab_size=vocab_size)
+        self.controls.changed.connect(self.settingsChanged)
+        splitter = self._build_text_and_chart()
+        self._install_shortcuts()
+
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addWidget(self.prompt_note)
+        layout.addWidget(self.controls)
+        layout.addWidget(splitter, 1)
+
+    # -- construction ------------------------------------------------------------------------
+    def _build_prompt_row(self) -> QHBoxLayout:
         self.prompt = QPlainTextEdit()
         self.prompt.setPlaceholderText("Prompt (empty: the model starts from <|endoftext|>)")
         self.prompt.setTabChangesFocus(True)
@@ -40,28 +58,6 @@ class GenerationPanel(QWidget):
         self.stop_button.setEnabled(False)
         self.generate_button.clicked.connect(self.generateRequested)
         self.stop_button.clicked.connect(self.stopRequested)
-        self.prompt_note = QLabel("")
-        self.prompt_note.setWordWrap(True)
-        self.prompt_note.setStyleSheet("color: #b8860b;")
-        self.prompt_note.hide()
-
-        self.controls = SamplingControls(vocab_size=vocab_size)
-        self.controls.changed.connect(self.settingsChanged)
-
-        self.stream = TokenStreamView()
-        self.stream_status = QLabel("")
-        self.stream_status.setWordWrap(True)  # "… written by <model>, the previous model" must not widen the pane
-        self.chart = DistributionChart()
-
-        # Ctrl+Enter generates from anywhere in the pane (the prompt box included); Esc stops.
-        shortcuts = [(QKeySequence("Ctrl+Return"), self._request_generate),
-                     (QKeySequence("Ctrl+Enter"), self._request_generate),
-                     (QKeySequence(Qt.Key.Key_Escape), self._request_stop)]
-        for keys, slot in shortcuts:
-            shortcut = QShortcut(keys, self)
-            shortcut.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
-            shortcut.activated.connect(slot)
-
         buttons = QVBoxLayout()
         buttons.addWidget(self.generate_button)
         buttons.addWidget(self.stop_button)
@@ -69,7 +65,14 @@ class GenerationPanel(QWidget):
         top = QHBoxLayout()
         top.addWidget(self.prompt, 1)
         top.addLayout(buttons)
+        return top
 
+    def _build_text_and_chart(self) -> QSplitter:
+        """The generated text (its title, status line, tokens and colour key) beside the distribution."""
+        self.stream = TokenStreamView()
+        self.stream_status = QLabel("")
+        self.stream_status.setWordWrap(True)  # "… written by <model>, the previous model" must not widen the pane
+        self.chart = DistributionChart()
         text_side = QWidget()
         text_layout = QVBoxLayout(text_side)
         text_layout.setContentsMargins(0, 0, 10, 0)  # keep the status clear of the chart's caption
@@ -86,12 +89,17 @@ class GenerationPanel(QWidget):
         splitter.setStretchFactor(0, 5)
         splitter.setStretchFactor(1, 4)
         splitter.setChildrenCollapsible(False)
+        return splitter
 
-        layout = QVBoxLayout(self)
-        layout.addLayout(top)
-        layout.addWidget(self.prompt_note)
-        layout.addWidget(self.controls)
-        layout.addWidget(splitter, 1)
+    def _install_shortcuts(self) -> None:
+        """Ctrl+Enter generates from anywhere in the pane (the prompt box included); Esc stops."""
+        shortcuts = [(QKeySequence("Ctrl+Return"), self._request_generate),
+                     (QKeySequence("Ctrl+Enter"), self._request_generate),
+                     (QKeySequence(Qt.Key.Key_Escape), self._request_stop)]
+        for keys, slot in shortcuts:
+            shortcut = QShortcut(keys, self)
+            shortcut.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            shortcut.activated.connect(slot)
 
     # -- intents -------------------------------------------------------------------------
     def _request_generate(self) -> None:
