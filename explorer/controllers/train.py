@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QFileDialog
 
 from explorer.controllers.base import PanelController
 from explorer.controllers.train_settings import (command_settings, form_defaults, induction_preset_available,
-                                                 preset_values, run_form_values)
+                                                 preset_values, rate_text, run_form_values, run_state_word)
 from explorer.controllers.views import TrainView
 from explorer.runtime.train_process import TrainProcess
 from explorer.session.events import ModelSwapped
@@ -82,10 +82,6 @@ class TrainController(PanelController):
         else:
             QTimer.singleShot(0, self.mark_ready)  # an empty panel is its own first data
 
-    @property
-    def training(self):
-        return self.ctx.session.training
-
     # -- starting and stopping ---------------------------------------------------------------------
     def start(self, values: dict) -> None:
         try:
@@ -101,7 +97,7 @@ class TrainController(PanelController):
         except (OSError, RuntimeError) as exc:
             self.view.set_message(self.report_error(exc, "Could not start the training").inline)
             return
-        self._follow(self.training.follow(out_dir))
+        self._follow(self.ctx.session.training.follow(out_dir))
         self._exit, self._stopping = None, False
         self.view.set_running(True)
         self.draw()
@@ -147,17 +143,8 @@ class TrainController(PanelController):
 
     def state_word(self) -> str:
         """The run's state in one word, from the child process when it is ours, else from the trace."""
-        f = self.follower
-        if self.process.running:
-            if self.process.paused:
-                return "paused"
-            return "stopping…" if self._stopping else ("starting" if f is None or f.state == "waiting" else "running")
-        if f is not None and self._exit is not None and not f.finished:
-            if f.state == "waiting":
-                return "refused" if self._exit == 2 else "failed"
-            return "stopped" if self._exit in (0, 130) else "failed"
-        return {"waiting": "waiting for the run to start", "running": "running", "done": "finished",
-                "stopped": "stopped", "error": "failed"}[f.state] if f is not None else "no run"
+        p = self.process
+        return run_state_word(self.follower, p.running, p.running and p.paused, self._stopping, self._exit)
 
     # -- following a run folder -----------------------------------------------------------------------
     def open_run(self, path: str | None = None) -> None:
@@ -169,7 +156,7 @@ class TrainController(PanelController):
             if not path:
                 return
         self.view.set_status(f"reading {path}…")
-        training, self._run_id = self.training, self._run_id + 1
+        training, self._run_id = self.ctx.session.training, self._run_id + 1
         run_id = self._run_id
         self.submit(OPEN_KEY, lambda token, progress: training.open(path), still_current=lambda: self._run_id == run_id,
                     on_result=self._opened, on_error=lambda exc: self._open_failed(path, exc))
@@ -231,7 +218,9 @@ class TrainController(PanelController):
             return
         self._draw_charts(f)
         state = self.state_word()
-        view.set_progress(f.step, f.max_iters, self._rate_text(f), state)
+        p = self.process
+        view.set_progress(f.step, f.max_iters, rate_text(f, p.running, p.paused, p.rss_bytes() if p.running else 0,
+                                                         p.pid), state)
         view.set_status(f.describe(state))
         view.set_note(f.note)
         scheme = self.scheme()
@@ -260,18 +249,6 @@ class TrainController(PanelController):
         if s.samples:
             view.set_sample(s.probe_step[-1], *s.samples[-1])
 
-    def _rate_text(self, f: RunFollower) -> str:
-        tokens_s, left = f.rate()
-        rate = f"{tokens_s:,.0f} tokens/s" if tokens_s else ""
-        if left and f.state == "running" and not self.process.paused:
-            rate += f" · ETA {_duration(left)}"
-        if f.memory_mb is not None:  # the run's own figure: also for a run started elsewhere
-            rate += f" · peak memory {f.memory_mb:,.0f} MB"
-        elif self.process.running:
-            rss = self.process.rss_bytes()
-            rate += f" · child {rss / 2**20:,.0f} MiB" if rss else f" · child pid {self.process.pid}"
-        return rate
-
     # -- the session's model --------------------------------------------------------------------------
     def choose_step(self, scheme: str, step: int) -> None:
         """Make the run's `step` the session's model (a copy: training goes on) in a worker."""
@@ -281,7 +258,7 @@ class TrainController(PanelController):
         self.follow_session = True
         self._step_wanted = (scheme, step)
         name = step_name(step, f.max_iters, f.latest_val(scheme, step), f.corpus_label(), scheme, len(f.schemes))
-        training = self.training
+        training = self.ctx.session.training
         self.view.set_shown_step(f"loading step {step:,}…")
         self.submit(STEP_KEY, lambda token, progress: training.show_step(f, scheme, step, name=name, cancel=token),
                     still_current=lambda: self.follower is f, on_result=self._step_shown, on_error=self._step_failed)
@@ -315,7 +292,7 @@ class TrainController(PanelController):
             self.view.set_message("this run has no ckpt.pt yet (one is written at each eval); wait for the first eval")
             return
         self.follow_session = False
-        training = self.training
+        training = self.ctx.session.training
         self.submit(USE_KEY, lambda token, progress: training.use_final(f, scheme, cancel=token),
                     still_current=lambda: self.follower is f,
                     on_result=lambda info: self.ctx.show_message(f"the session's model is now {info.name}"),
@@ -329,15 +306,12 @@ class TrainController(PanelController):
             self.view.set_message("this run has no ckpt.pt yet (one is written at each eval)")
             return
         suggested = f"{f.root.name}-hf" if kind == "hf" else "ckpt.pt"
-        self.export_with_dialog(suggested, self._writer(kind, f, scheme), self.view.set_message)
+        self.export_with_dialog(suggested, _writer(self.ctx.session.training, kind, f, scheme), self.view.set_message)
 
     def save_to(self, kind: str, path) -> bool:
         """Save without asking (what the dialog's choice leads to; tests call it)."""
-        return self.export_to(str(path), self._writer(kind, self.follower, self.scheme()), self.view.set_message)
+        return self.export_to(str(path), _writer(self.ctx.session.training, kind, self.follower, self.scheme()), self.view.set_message)
 
-    def _writer(self, kind: str, f: RunFollower, scheme: str):
-        save = self.training.save_hf if kind == "hf" else self.training.save_ckpt
-        return lambda path: save(f, scheme, path)
 
     def use_config(self, config: dict) -> None:
         """A model config (the Config panel's): the form's shape fields, plus every other field that
@@ -383,10 +357,7 @@ class TrainController(PanelController):
         super().shutdown()
 
 
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    if seconds >= 3600:
-        return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
-    if seconds >= 60:
-        return f"{seconds // 60} min {seconds % 60:02d} s"
-    return f"{seconds} s"
+def _writer(training, kind: str, f: RunFollower, scheme: str):
+    """What export_to calls with the chosen path: the run's latest model saved as `kind`."""
+    save = training.save_hf if kind == "hf" else training.save_ckpt
+    return lambda path: save(f, scheme, path)

@@ -1,5 +1,6 @@
-"""The Train panel's settings: the form's defaults (nanoGPT's CPU recipe or train.py's own), a run's
-settings read back from its run.json, a gptcore preset's, and the form turned into the command line.
+"""The Train panel's settings and words: the form's defaults (nanoGPT's CPU recipe or train.py's own), a
+run's settings read back from its run.json, a gptcore preset's, the form turned into the command line,
+and the run's state and rate as the progress line says them.
 
 Why apart from the controller: these are plain functions of dicts (no Qt), the one place that knows
 how the form's names map to `python -m gptcore.train --key=value`, and testable without a window.
@@ -90,3 +91,42 @@ def preset_values(name: str) -> dict:
                                                                    "bias", "dropout")}}
     values["tokenizer"] = preset.tokenizer
     return values
+
+
+def run_state_word(follower, running: bool, paused: bool, stopping: bool, exit_code: int | None) -> str:
+    """The run's state in one word: the child process's when it runs (paused, stopping…, starting,
+    running), how it ended when it ended before its trace said so (refused: exit 2 before writing
+    anything; failed; stopped), else the trace's own (finished, stopped, failed, running)."""
+    f = follower
+    if running:
+        if paused:
+            return "paused"
+        return "stopping…" if stopping else ("starting" if f is None or f.state == "waiting" else "running")
+    if f is not None and exit_code is not None and not f.finished:
+        if f.state == "waiting":
+            return "refused" if exit_code == 2 else "failed"
+        return "stopped" if exit_code in (0, 130) else "failed"
+    return {"waiting": "waiting for the run to start", "running": "running", "done": "finished",
+            "stopped": "stopped", "error": "failed"}[f.state] if f is not None else "no run"
+
+
+def rate_text(follower, running: bool, paused: bool, rss: int, pid: int) -> str:
+    """"1,000 tokens/s · ETA 2 min 05 s · peak memory 347 MB" (no ETA while paused or not running)."""
+    tokens_s, left = follower.rate()
+    rate = f"{tokens_s:,.0f} tokens/s" if tokens_s else ""
+    if left and follower.state == "running" and not paused:
+        rate += f" · ETA {duration(left)}"
+    if follower.memory_mb is not None:  # the run's own figure: also for a run started elsewhere
+        rate += f" · peak memory {follower.memory_mb:,.0f} MB"
+    elif running:
+        rate += f" · child {rss / 2**20:,.0f} MiB" if rss else f" · child pid {pid}"
+    return rate
+
+
+def duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+    if seconds >= 60:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds} s"

@@ -36,6 +36,8 @@ non-finite number is written as null):
     error          {"step", "message"}: the run failed (e.g. a non-finite loss) and says why
 
 The last three end a run; a resume (`--init_from=resume`) appends a new "start" to the same file.
+What the records mean for a run's state and series (for whoever watches it) is read in one place:
+progress.py's `RunProgress`.
 
 Each record is written with a single `write` of one whole line on a file opened for appending, so a
 reader never sees two records interleaved; it may see the last line half written, which it leaves

@@ -94,6 +94,14 @@ class TrainCharts(QWidget):
         grid.addWidget(self.icl_plot, 0, 2)
         grid.addWidget(grad, 1, 0)
 
+        census = self._build_census()
+        grid.addWidget(census, 1, 1, 1, 2)  # the head maps get the width: they are what forms
+        grid.setColumnStretch(0, 4)
+        grid.setColumnStretch(1, 3)
+        grid.setColumnStretch(2, 3)
+
+    def _build_census(self) -> QWidget:
+        """The head census: its label, the scheme it shows, a slider over probes, one map per score."""
         census = QWidget()
         box = QVBoxLayout(census)
         box.setContentsMargins(0, 0, 0, 0)
@@ -114,15 +122,13 @@ class TrainCharts(QWidget):
         self.census_slider.valueChanged.connect(self._show_census)
         box.addWidget(self.census_slider)
         maps = QHBoxLayout()
-        self.census_maps = {name: ValueHeatmap(title, value_label="score", signed=False) for name, title in CENSUS_TITLES.items()}
+        self.census_maps = {name: ValueHeatmap(title, value_label="score", signed=False)
+                            for name, title in CENSUS_TITLES.items()}
         for heatmap in self.census_maps.values():
             heatmap.setMinimumHeight(110)
             maps.addWidget(heatmap)
         box.addLayout(maps, 1)
-        grid.addWidget(census, 1, 1, 1, 2)  # the head maps get the width: they are what forms
-        grid.setColumnStretch(0, 4)
-        grid.setColumnStretch(1, 3)
-        grid.setColumnStretch(2, 3)
+        return census
 
     # -- curves --------------------------------------------------------------------------------------
     def _curve(self, plot: pg.PlotWidget, key: tuple[str, str], colour: str, width: float = 1.5, name=None,
