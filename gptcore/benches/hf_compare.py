@@ -41,6 +41,7 @@ import torch
 from gptcore.model.config import GPTConfig
 from gptcore.model.params import count_parameters
 from gptcore.benches import flow as bench_flow
+from gptcore.benches import bf16 as bench_bf16
 from gptcore.benches import hardware
 from gptcore.benches import patching as bench_patching
 from gptcore.benches import smollm2 as bench_smollm2
@@ -114,7 +115,7 @@ def bench_forward_capture(hf, ours, ids: torch.Tensor, plan: Plan, device) -> di
                 forward_capture_samples_ms_ref=[1e3 * s for s in ref_all])
 
 
-def bench_decode(hf, ours, prompt: torch.Tensor, plan: Plan, device) -> dict:
+def bench_decode(hf, ours, prompt: torch.Tensor, plan: Plan, device, runs: int | None = None) -> dict:
     from transformers import GenerationConfig
 
     from gptcore.generation.streaming import generate
@@ -132,9 +133,9 @@ def bench_decode(hf, ours, prompt: torch.Tensor, plan: Plan, device) -> dict:
         with torch.inference_mode():
             produced["ref"] = hf.generate(prompt, attention_mask=mask, generation_config=config)[0, prompt.shape[1]:].tolist()
 
-    ours_s, ref_s, ours_all, ref_all = timed_pair(run_ours, run_ref, plan.decode_runs, device)
+    ours_s, ref_s, ours_all, ref_all = timed_pair(run_ours, run_ref, runs or plan.decode_runs, device)
     return dict(decode_tok_s_ours=n / ours_s, decode_tok_s_ref=n / ref_s, decode_ratio=ref_s / ours_s,
-                decode_same_tokens=produced["ours"] == produced["ref"], decode_new_tokens=n,
+                decode_same_tokens=produced["ours"] == produced["ref"], decode_new_tokens=n, tokens_ours=produced["ours"],
                 decode_prompt_tokens=int(prompt.shape[1]),
                 decode_samples_s_ours=ours_all, decode_samples_s_ref=ref_all)
 
@@ -207,6 +208,11 @@ def run_bench(quick: bool = False, device: torch.device | None = None, progress=
     say("memory bandwidth (copy, gemv) and decode against its floor")
     result.update(hardware.measure_bandwidth(device, **({} if not quick else hardware.QUICK_SIZES)))
     result.update(hardware.decode_vs_floor("decode", ours, result["decode_tok_s_ours"], result["bandwidth_gemv_gb_s"]))
+    say("bf16: agreement with fp32, and decode against transformers' fp32")
+    result.update(bench_bf16.bench_bf16(hf, ours, ids, ids[:, :plan.prompt_tokens], plan, device, bench_decode))
+    result.update(hardware.decode_vs_floor("bf16_decode", result.pop("_bf16_model"), result["bf16_decode_tok_s_ours"],
+                                           result["bandwidth_gemv_gb_s"]))
+    result.pop("tokens_ours", None)
     del ours
     say("load")
     result.update(bench_load(hf, plan, device))
@@ -265,6 +271,7 @@ def format_table(r: dict) -> str:
         f"totals {r['recount_total_ours']:,} vs {r['recount_total_ref']:,}",
     ]
     lines += hardware.table_notes(r)
+    lines += bench_bf16.table_notes(r)
     lines += bench_patching.table_notes(r)
     if "flow_ratio" in r:
         lines += bench_flow.table_notes(r)

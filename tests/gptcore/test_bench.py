@@ -34,6 +34,10 @@ def test_quick_json_has_the_promised_keys_and_sane_values(quick_json):
     # the machine beside the figures, and decode against this machine's bandwidth floor (issue 28)
     assert isinstance(quick_json["cpu_flags"], list) and isinstance(quick_json["native_bf16"], bool)
     assert quick_json["bandwidth_gemv_gb_s"] > 0 and quick_json["decode_of_floor"] > 0
+    # bf16: agreement with fp32 next to transformers' bf16, fp32 patterns, decode against HF's fp32
+    assert quick_json["bf16_top1_agreement"] >= quick_json["bf16_top1_agreement_ref"]
+    assert quick_json["bf16_pattern_dtype"] == "torch.float32" and quick_json["bf16_decode_ratio"] > 0
+    assert quick_json["bf16_decode_of_floor"] > 0 and "tokens_ours" not in quick_json
     assert quick_json["forward_capture_ratio"] == pytest.approx(
         quick_json["forward_capture_ms_ours"] / quick_json["forward_capture_ms_ref"])
     assert quick_json["decode_ratio"] == pytest.approx(quick_json["decode_tok_s_ours"] / quick_json["decode_tok_s_ref"])
