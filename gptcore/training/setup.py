@@ -76,40 +76,8 @@ def plan_run(settings: Settings, argv: list[str], where: Place | None = None) ->
     run, given = settings.run, settings.given
     folder = RunFolder(run["out_dir"])
     resume = run["init_from"] == "resume"
-    if resume:
-        from gptcore.training.nanogpt_resume import is_nanogpt_out_dir, nanogpt_run_meta
-
-        # nanoGPT's own out_dir (ckpt.pt, no run.json): its checkpoint says what a run.json would
-        meta = (nanogpt_run_meta(folder, run["data"] if "data" in given else None) if is_nanogpt_out_dir(folder)
-                else folder.read_meta())
-        if settings.model:
-            name = next(iter(settings.model))
-            raise UsageError(f"--{name}: a resumed run's model comes from its checkpoint; drop the model settings "
-                             f"(or start a new run in another --out_dir)")
-        schemes = tuple(meta["schemes"])
-        if "init" in given and parse_schemes(run["init"]) != schemes:
-            raise UsageError(f"--init={run['init']}: the run in {folder.root} trains {','.join(schemes)}; "
-                             f"leave --init out to resume it")
-        train_values = {**meta["train_config"], **settings.train}
-        preset = meta.get("preset")
-        if "preset" in given and run["preset"] != preset:
-            raise UsageError(f"--preset={run['preset']}: the run in {folder.root} was started "
-                             f"{'with --preset=' + preset if preset else 'without a preset'}; leave --preset out to resume it")
-        data = run["data"] if "data" in given else meta["corpus"].get("source")
-        tokenizer = run["tokenizer"] if "tokenizer" in given else meta["tokenizer"].get("kind", "char")
-        tokenizer = tokenizer if tokenizer in ("char", "gpt2") else "char"  # a prepared folder brings its own
-        probe_interval = run["probe_interval"] if "probe_interval" in given else meta.get("probe_interval", 0)
-        max_time = run["max_time"] if "max_time" in given else None
-    else:
-        if folder.exists() or folder.trace.exists():
-            raise UsageError(f"{folder.root} already holds a run; continue it with --init_from=resume (or --resume), "
-                             f"or choose another --out_dir")
-        schemes = parse_schemes(run["init"])
-        preset = run.get("preset")
-        base = TrainConfig.cpu_recipe() if preset is None else _preset(preset, given).train_config()
-        train_values = {**base.to_dict(), **settings.train}
-        data, tokenizer = run["data"], run["tokenizer"]
-        probe_interval, max_time = run["probe_interval"], run["max_time"]
+    chosen = _resumed_choices(settings, folder) if resume else _new_choices(settings, folder)
+    schemes, preset, train_values, data = chosen.schemes, chosen.preset, chosen.train_values, chosen.data
 
     device = _pick_device(train_values.get("device") if ("device" in given or resume) else None, world_size,
                           where.local_rank)
@@ -117,7 +85,7 @@ def plan_run(settings: Settings, argv: list[str], where: Place | None = None) ->
     train_config = TrainConfig.from_dict(train_values)
     train_config.local_accumulation(world_size)  # refuse an accumulation the processes cannot share
 
-    corpus = load_corpus(data, tokenizer) if preset is None else _preset(preset, given).make_corpus()
+    corpus = load_corpus(data, chosen.tokenizer) if preset is None else _preset(preset, given).make_corpus()
     model_config = None
     if not resume:
         model_base = (CPU_RECIPE_MODEL if preset is None else _preset(preset, given).model)
@@ -128,11 +96,66 @@ def plan_run(settings: Settings, argv: list[str], where: Place | None = None) ->
 
     init_distributed(world_size, device)
     return RunPlan(out_dir=folder.root, train_config=train_config, model_config=model_config, corpus=corpus,
-                   schemes=schemes, probe_interval=probe_interval, max_time=max_time,
+                   schemes=schemes, probe_interval=chosen.probe_interval, max_time=chosen.max_time,
                    log_interval=run["log_interval"], keep_every=run["keep_every"], resume=resume,
                    command=["python", "-m", "gptcore.train", *argv],
                    corpus_source=None if data is None else str(Path(data).expanduser().resolve()),
                    world_size=world_size, rank=where.rank, device=device, preset=preset)
+
+
+@dataclasses.dataclass
+class _Choices:
+    """What the run trains and on what: the run folder's record on resume (the command line may
+    override some), the command line over the recipe or preset otherwise."""
+
+    schemes: tuple[str, ...]
+    preset: str | None
+    train_values: dict
+    data: str | None
+    tokenizer: str
+    probe_interval: int
+    max_time: float | None
+
+
+def _resumed_choices(settings: Settings, folder: RunFolder) -> _Choices:
+    run, given = settings.run, settings.given
+    from gptcore.training.nanogpt_resume import is_nanogpt_out_dir, nanogpt_run_meta
+
+    # nanoGPT's own out_dir (ckpt.pt, no run.json): its checkpoint says what a run.json would
+    meta = (nanogpt_run_meta(folder, run["data"] if "data" in given else None) if is_nanogpt_out_dir(folder)
+            else folder.read_meta())
+    if settings.model:
+        name = next(iter(settings.model))
+        raise UsageError(f"--{name}: a resumed run's model comes from its checkpoint; drop the model settings "
+                         f"(or start a new run in another --out_dir)")
+    schemes = tuple(meta["schemes"])
+    if "init" in given and parse_schemes(run["init"]) != schemes:
+        raise UsageError(f"--init={run['init']}: the run in {folder.root} trains {','.join(schemes)}; "
+                         f"leave --init out to resume it")
+    preset = meta.get("preset")
+    if "preset" in given and run["preset"] != preset:
+        raise UsageError(f"--preset={run['preset']}: the run in {folder.root} was started "
+                         f"{'with --preset=' + preset if preset else 'without a preset'}; leave --preset out to resume it")
+    tokenizer = run["tokenizer"] if "tokenizer" in given else meta["tokenizer"].get("kind", "char")
+    return _Choices(
+        schemes=schemes, preset=preset, train_values={**meta["train_config"], **settings.train},
+        data=run["data"] if "data" in given else meta["corpus"].get("source"),
+        tokenizer=tokenizer if tokenizer in ("char", "gpt2") else "char",  # a prepared folder brings its own
+        probe_interval=run["probe_interval"] if "probe_interval" in given else meta.get("probe_interval", 0),
+        max_time=run["max_time"] if "max_time" in given else None)
+
+
+def _new_choices(settings: Settings, folder: RunFolder) -> _Choices:
+    run = settings.run
+    if folder.exists() or folder.trace.exists():
+        raise UsageError(f"{folder.root} already holds a run; continue it with --init_from=resume (or --resume), "
+                         f"or choose another --out_dir")
+    schemes = parse_schemes(run["init"])
+    preset = run.get("preset")
+    base = TrainConfig.cpu_recipe() if preset is None else _preset(preset, settings.given).train_config()
+    return _Choices(schemes=schemes, preset=preset, train_values={**base.to_dict(), **settings.train},
+                    data=run["data"], tokenizer=run["tokenizer"], probe_interval=run["probe_interval"],
+                    max_time=run["max_time"])
 
 
 def _preset(name: str, given: set):
