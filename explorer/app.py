@@ -164,8 +164,21 @@ def apply_size(window, args) -> None:
         window.resize(*(int(v) for v in DEFAULT_SIZE.split("x")))
 
 
-def take_screenshot(app, window, runner, panel_name: str, out: str) -> int:
-    """Wait for the model and the panel's first data, grab the window, write the PNG."""
+def prompt_problem(session, prompt: str | None) -> str | None:
+    """Why the loaded model cannot read `prompt` (its tokenizer refuses it, e.g. text for a model
+    whose tokens are numbers, or an id lies outside its vocabulary), or None when it can."""
+    if not prompt:
+        return None
+    try:
+        session.check_token_ids(session.encode(prompt))
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def take_screenshot(app, window, runner, panel_name: str, out: str, prompt: str | None = None) -> int:
+    """Wait for the model and the panel's first data, grab the window, write the PNG. A --prompt
+    the model cannot encode exits 2 at once with the reason: no panel would ever get data."""
     from explorer.runtime.workers import MODEL_TASK
 
     if not _wait(app, lambda: window.session is not None and not runner.is_running(MODEL_TASK), LOAD_TIMEOUT_S):
@@ -174,6 +187,11 @@ def take_screenshot(app, window, runner, panel_name: str, out: str) -> int:
     if window.errors_shown or window.session is None or not window.session.has_model:
         for title, message in window.errors_shown or [("No model", "the model could not be loaded")]:
             print(f"gpt-explorer: {title}: {message}", file=sys.stderr)
+        return 2
+    problem = prompt_problem(window.session, prompt)
+    if problem:
+        print(f"gpt-explorer: --prompt {prompt!r} cannot be read by {window.session.info.name}: {problem}",
+              file=sys.stderr)
         return 2
     ready = []
     panel = window.show_panel(panel_name)
@@ -271,7 +289,7 @@ def main(argv=None) -> int:
         QTimer.singleShot(0, lambda: window.start(args.model, args.device, n_head=args.n_head))
 
     if args.screenshot:
-        code = take_screenshot(app, window, runner, args.panel, args.screenshot)
+        code = take_screenshot(app, window, runner, args.panel, args.screenshot, args.prompt)
         window.close()
     else:
         app.exec()

@@ -147,11 +147,12 @@ class Session:
 
     # -- getting a model (the slow half in models.py, outside the lock) ------------------------
     def load(self, source, *, device=None, progress: ProgressFn | None = None, cancel=None,
-             n_head: int | None = None) -> ModelInfo:
+             n_head: int | None = None, meta=None) -> ModelInfo:
         """Load anything gptcore.load takes; on failure the current model stays. A file that does
-        not record its head count needs `n_head` (else HeadCountNeeded): the app never guesses."""
+        not record its head count needs `n_head` (else HeadCountNeeded): the app never guesses.
+        `meta`: a nanoGPT meta.pkl the user chose for a char model whose own was not found."""
         dev = resolve_device(device if device is not None else self.device)
-        model, info, tokenizer = models.read(source, dev, progress=progress, cancel=cancel, n_head=n_head)
+        model, info, tokenizer = models.read(source, dev, progress=progress, cancel=cancel, n_head=n_head, meta=meta)
         return self._swap(model, info, cancel, tokenizer=tokenizer)
 
     def build(self, config: dict, init_scheme: str = "gpt2", seed: int | None = None,

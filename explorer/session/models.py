@@ -48,18 +48,21 @@ def model_info(model, *, name: str, trained: bool | None, source: str, note: str
     )
 
 
-def read(source, device, *, progress: ProgressFn | None = None, cancel=None, n_head: int | None = None):
+def read(source, device, *, progress: ProgressFn | None = None, cancel=None, n_head: int | None = None,
+         meta=None):
     """(model, info, tokenizer) read from `source` onto `device`; the app never guesses a head count
-    (a file that does not record it needs `n_head`, else HeadCountNeeded)."""
+    (a file that does not record it needs `n_head`, else HeadCountNeeded). `meta`: the nanoGPT
+    meta.pkl the user chose; without one, a char model whose meta.pkl was not found gets an
+    IdTokenizer whose `wants` names it (the window then asks)."""
     from gptcore.io.folder_tokenizer import IdTokenizer
     from gptcore.io.loading import load, load_tokenizer
 
     model, load_info = load(str(source), device=str(device), progress=progress, cancel=cancel, n_head=n_head,
-                            guess_heads=False)
+                            guess_heads=False, meta=meta)
     name = getattr(load_info, "name", None) or str(source)
     tokenizer, reason = load_tokenizer(load_info)
     if tokenizer is None:
-        tokenizer = IdTokenizer(model.config.vocab_size, reason)
+        tokenizer = IdTokenizer(model.config.vocab_size, reason, wants=load_info.tokenizer.wants)
     info = model_info(model, name=name, trained=load_info.trained, provenance=load_info.provenance,
                       source=str(getattr(load_info, "path", source) or source),
                       tokenizer=load_info.tokenizer.describe())

@@ -15,6 +15,9 @@ show them, so the dialog opens even for a diagnosed bad file).
 `settings`, `cancel_button`, `auto_download`, `_progress`, `show_message`,
 `set_activity`, `_show_session`, `fall_back_on_failed_start` and `ask_head_count`.
 
+A nanoGPT char model whose meta.pkl (its characters) is not where its config['dataset'] says
+opens with token ids, and the MetaDialog says why and offers to open the file.
+
 A file that does not record its head count (the book's model.pth) is never loaded on a guess:
 the HeadCountDialog asks, and the load runs again with the count chosen (`--n-head` gives it
 up front; screenshot mode, which cannot ask, reports the error and exits 2).
@@ -39,6 +42,8 @@ CHECKPOINT_FILTER = "Checkpoints (*.safetensors *.pt *.pth *.bin *.ckpt);;All fi
 
 
 class ModelLoading:
+    meta_dialog = None  # the open MetaDialog, if any (a nanoGPT char model without its meta.pkl)
+
     def start(self, source: str | None = None, device: str | None = None, n_head: int | None = None) -> None:
         """Create the session in a worker (importing torch there) and load `source` or the default.
 
@@ -65,10 +70,12 @@ class ModelLoading:
         self.ctx.attach(session)  # the window and every panel follow its events from here on
         self._show_session()
 
-    def load_model(self, source: str, fall_back_to_default: bool = False, n_head: int | None = None) -> None:
+    def load_model(self, source: str, fall_back_to_default: bool = False, n_head: int | None = None,
+                   meta: str | None = None) -> None:
         """Load `source`; if it fails and there is no model yet (a bad `--model` at start) and
         `fall_back_to_default`, open the untrained default instead of leaving the window empty.
-        `n_head` is for files that do not record it; without it such a file asks (HeadCountDialog)."""
+        `n_head` is for files that do not record it; without it such a file asks (HeadCountDialog).
+        `meta`: a nanoGPT char model's meta.pkl; when its own is not found the window asks (MetaDialog)."""
         if self.session is None:
             self.show_message("Still starting; try again in a moment.", 3000)
             return
@@ -92,7 +99,26 @@ class ModelLoading:
             self.ctx.report_error(exc, title, after=after, inline=False)
 
         self._run_model_task(title, lambda token, progress: self.session.load(
-            source, progress=progress, cancel=token, n_head=n_head), on_error=failed)
+            source, progress=progress, cancel=token, n_head=n_head, meta=meta),
+            on_result=lambda _info: self._offer_meta(source, n_head), on_error=failed)
+
+    def _offer_meta(self, source: str, n_head: int | None) -> None:
+        """A nanoGPT char model opened number-only because its meta.pkl was not found: ask for it
+        (not in screenshot mode, which has nobody to ask; the status line says why there)."""
+        tokenizer = self.session.tokenizer
+        if getattr(tokenizer, "wants", "") != "meta.pkl" or not self.ask_head_count:
+            return
+        from pathlib import Path
+
+        from explorer.shell.meta_dialog import MetaDialog
+
+        dialog = MetaDialog(self.session.info.name, tokenizer.reason, str(Path(source).expanduser().parent), self)
+        dialog.chosen.connect(lambda path: self.load_model(source, n_head=n_head, meta=path))
+        dialog.rejected.connect(lambda: self.show_message(
+            f"{self.session.info.name}: token ids are shown (no meta.pkl); File → Open it again to choose one", 10000))
+        dialog.finished.connect(lambda _r: setattr(self, "meta_dialog", None))
+        self.meta_dialog = dialog
+        dialog.open()
 
     def _ask_head_count(self, source: str, exc, fall_back_to_default: bool) -> None:
         from explorer.shell.head_count_dialog import HeadCountDialog

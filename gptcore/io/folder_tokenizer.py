@@ -245,15 +245,17 @@ def _in_range(token_id, n_vocab: int) -> int | None:
 class IdTokenizer:
     """For a model with no usable tokenizer: text is typed as token ids ("15 496 11") and tokens
     are shown as ids ("#15"), so every view still works and nothing pretends to be words.
-    `reason` says why there is no real tokenizer."""
+    `reason` says why there is no real tokenizer; `wants` names the file that would give one
+    (TokenizerChoice.wants: "meta.pkl" for a nanoGPT char model), so the app can ask for it."""
 
     eot_token = None
     bos_token = None
     eos_token = None
 
-    def __init__(self, n_vocab: int, reason: str):
+    def __init__(self, n_vocab: int, reason: str, wants: str = ""):
         self.n_vocab = int(n_vocab)
         self.reason = reason
+        self.wants = wants
 
     def encode(self, text: str, **_kwargs) -> list[int]:
         ids = []
