@@ -162,9 +162,10 @@ class RoutesController(PanelController[RoutesView]):
         self.view.set_edge_test("removing it and re-running…")
 
         def show(t) -> None:
+            tok = result.tokens
             self.view.set_edge_test(
-                f"L{t.layer} H{t.head} reading token {t.source} into position {t.target}: route weight "
-                f"{t.route_weight:.3f} · removing it: Δ log p({t.token_text!r}) = {t.delta_logprob:+.3f}")
+                f"L{t.layer} H{t.head} reading {tok[t.source]!r} ({t.source}) into {tok[t.target]!r} ({t.target}): "
+                f"route weight {t.route_weight:.3f} · removing it: Δ log p({t.token_text!r}) = {t.delta_logprob:+.3f}")
 
         self.submit("routes-edge", lambda token, _p: session.routes.remove_edge(result, graph, edge),
                     on_result=show, on_error=lambda exc: self.view.set_edge_test(

@@ -169,7 +169,8 @@ def test_over_training_reads_the_routes_from_the_run_trace(qtbot, runner, tmp_pa
     page.set_prompt(PROMPT)
     _settled(qtbot, page, runner)
     chart = page.view.training_chart
-    assert not chart.isHidden() and set(chart.series_names) == set(over.series)
+    assert page.view.tabs.isTabEnabled(1) and page.view.tabs.currentWidget() is chart
+    assert set(chart.series_names) == set(over.series)
     assert chart.marker.value() == 200  # the step shown
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QDoubleSpinBox, QHBoxLayout, QLabel, QMenu, QPlainTextEdit, QPushButton, QSlider, QSpinBox, QSplitter,
-    QToolButton, QVBoxLayout, QWidget,
+    QTabWidget, QToolButton, QVBoxLayout, QWidget,
 )
 
 from explorer.views.routes.graph_item import KIND_A, KIND_I, KIND_M, KIND_X, RouteGraphPlot
@@ -145,21 +145,27 @@ class RoutesPanel(QWidget):
         self.rank_button.setToolTip("For every head into the chosen position, remove the part it reads most "
                                     "(two forwards per head) and compare the measured effect with its route share")
         self.rank_button.clicked.connect(self.rankRequested)
-        self.rank_label = QLabel("")
+        self.rank_label = QLabel("For each head into the chosen position: its route share beside the measured "
+                                 "effect of removing it.")
         self.rank_label.setWordWrap(True)
         self.table = RankingTable()
         self.training_chart = OverTrainingChart()
-        self.training_chart.setMinimumHeight(150)
         self.training_chart.hide()
         box.addWidget(self.detail)
         box.addWidget(self.remove_button)
         box.addWidget(self.test_label)
-        rank_row = QHBoxLayout()
-        rank_row.addWidget(self.rank_button)
-        rank_row.addWidget(self.rank_label, 1)
-        box.addLayout(rank_row)
-        box.addWidget(self.table, 1)
-        box.addWidget(self.training_chart)
+        ranking = QWidget()
+        rank_box = QVBoxLayout(ranking)
+        rank_box.setContentsMargins(2, 2, 2, 2)
+        rank_box.addWidget(self.rank_button)
+        rank_box.addWidget(self.rank_label)
+        rank_box.addWidget(self.table, 1)
+        self.tabs = QTabWidget()  # one tall part at a time: both fit a 900×600 window
+        self.tabs.addTab(ranking, "Heads: route vs removal")
+        self.tabs.addTab(self.training_chart, "Over training")
+        self.tabs.setTabEnabled(1, False)
+        self.tabs.setTabToolTip(1, "Shown for a model from a training run whose probes kept routes")
+        box.addWidget(self.tabs, 1)
         return pane
 
     # -- data in ------------------------------------------------------------------------------------
@@ -183,7 +189,7 @@ class RoutesPanel(QWidget):
         self.graph.set_graph(graph, self._tokens, result.n_layer, reset_view=first or new_prompt)
         self._selected = -1
         self.remove_button.setEnabled(False)
-        self.count_label.setText(f"{len(self._tokens)} tokens · {graph.n_edges} edges · {graph.n_route} on the route")
+        self.count_label.setText(f"{graph.n_edges} edges above {graph.threshold:g} · {graph.n_route} on the route")
         pos = graph.position
         self.target_label.setText(f"after {visible_token(self._tokens[pos])!r} (position {pos}) → predicts "
                                   f"{visible_token(graph.target_text)!r} (p = {graph.target_prob:.2f})")
@@ -229,11 +235,14 @@ class RoutesPanel(QWidget):
 
     def set_over_training(self, steps, series: dict, marker_step) -> None:
         """The strongest routes' weights over a run's probes; hidden without any."""
+        self.tabs.setTabEnabled(1, bool(series))
         if not series:
             self.training_chart.hide()
             return
         self.training_chart.set_series(steps, series, marker_step)
         self.training_chart.show()
+        if not self.table.rowCount():  # nothing ranked yet: the chart is the news
+            self.tabs.setCurrentIndex(1)
 
     def set_status(self, text: str) -> None:
         self.status_label.setText(text)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem
 
 # Okabe–Ito: distinguishable for the common colour-vision deficiencies, on light and dark.
@@ -66,7 +67,11 @@ class OverTrainingChart(pg.PlotWidget):
         self.setLabel("bottom", "training step")
         self.setLabel("left", "route weight")
         self.setYRange(0, 1, padding=0.02)
+        self.setTitle("strongest routes to the probe prompt's last token", size="9pt")
         self.legend = self.addLegend(offset=(6, 4), labelTextSize="8pt")
+        backdrop = QColor(pg.mkColor(pg.getConfigOption("background")))
+        backdrop.setAlpha(200)  # curves stay visible behind it, labels stay readable
+        self.legend.setBrush(pg.mkBrush(backdrop))
         self.marker = pg.InfiniteLine(angle=90, pen=pg.mkPen((128, 128, 128), style=Qt.PenStyle.DashLine))
         self.addItem(self.marker)
         self.series_names: list[str] = []
