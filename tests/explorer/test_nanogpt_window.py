@@ -3,10 +3,7 @@ text --prompt waited 120 s and wrote nothing. Now the window finds meta.pkl from
 config['dataset'] or asks for it (MetaDialog), and screenshot mode exits 2 at once naming why."""
 from __future__ import annotations
 
-import os
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +12,6 @@ import torch
 from gptcore.io.char_tokenizer import CharTokenizer
 from gptcore.io.folder_tokenizer import IdTokenizer
 
-ROOT = Path(__file__).resolve().parents[2]
 CHARS = sorted(set("the cat sat on a mat; dog ran far.\n"))
 WAIT_MS = 30000
 
@@ -84,24 +80,15 @@ def test_found_next_to_the_out_dir_no_question_is_asked(qtbot, window, tmp_path,
     assert isinstance(window.session.tokenizer, CharTokenizer) and window.meta_dialog is None
 
 
-def _run_app(args, tmp_path):
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"),
-               XDG_CONFIG_HOME=str(tmp_path / "config"), XDG_STATE_HOME=str(tmp_path / "state"),
-               XDG_DATA_HOME=str(tmp_path / "data"), XDG_CACHE_HOME=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "explorer", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=240)
-
-
-def test_screenshot_mode_with_a_prompt_the_model_cannot_read_exits_2_naming_why(tmp_path):
+def test_screenshot_mode_with_a_prompt_the_model_cannot_read_exits_2_naming_why(tmp_path, run_screenshot):
     ckpt = write_nanogpt_ckpt(tmp_path / "nanoGPT" / "out-shk", "shk_char")
     out = tmp_path / "shot.png"
-    done = _run_app(["--screenshot", str(out), "--model", str(ckpt), "--panel", "attention", "--prompt", "dog"],
-                    tmp_path)
+    args = (out, "attention", "1000x700", "--model", str(ckpt), "--prompt", "dog")
+    done = run_screenshot(*args, OMP_NUM_THREADS="1")
     assert done.returncode == 2 and not out.exists() and "Traceback" not in done.stderr
     assert "--prompt 'dog' cannot be read" in done.stderr and "type numbers separated by spaces" in done.stderr
     assert "shk_char" in done.stderr and "meta.pkl" in done.stderr  # why the model is number-only
     write_meta(tmp_path / "nanoGPT" / "data" / "shk_char")  # now found beside the out_dir: text reads
-    done = _run_app(["--screenshot", str(out), "--model", str(ckpt), "--panel", "attention", "--prompt", "dog"],
-                    tmp_path)
+    done = run_screenshot(*args, OMP_NUM_THREADS="1")
     assert done.returncode == 0, done.stderr
     assert out.stat().st_size > 10_000
