@@ -35,7 +35,7 @@ CENSUS_SHOWN = ("previous_token", "induction", "position_copy")
 SHAPE_FIELDS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "dropout")
 
 
-class TrainController(PanelController):
+class TrainController(PanelController[TrainView]):
     task_keys = (OPEN_KEY, STEP_KEY, USE_KEY)
 
     @classmethod
@@ -51,7 +51,6 @@ class TrainController(PanelController):
 
     def __init__(self, ctx, view: TrainView, parent: QObject | None = None):
         super().__init__(ctx, view, parent)
-        self.view: TrainView = view
         self.follower: RunFollower | None = None
         self.process = TrainProcess(self)
         self.process.finished.connect(self._process_finished)

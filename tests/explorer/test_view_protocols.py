@@ -133,14 +133,7 @@ def test_controllers_use_only_what_their_view_protocol_declares(module):
                        f"declare it, rather than reaching into its widgets")
 
 
-# The Train panel's controller is being rewritten onto the contract in this same issue (26) by its
-# owner; it joins the rule when `TrainController(PanelController[TrainView])` lands.
-UNTYPED_YET = {"train"}
-
-
-@pytest.mark.parametrize("module", [pytest.param(m, marks=pytest.mark.xfail(reason="typed by the Train rewrite",
-                                                                        strict=False))
-                                    if m in UNTYPED_YET else m for m in sorted(VIEW_PROTOCOLS)])
+@pytest.mark.parametrize("module", sorted(VIEW_PROTOCOLS))
 def test_every_controller_is_typed_against_its_view_protocol(module):
     """`class XController(PanelController[XView])`: the protocol is the controller's type for its view."""
     controllers = importlib.import_module(f"explorer.controllers.{module}")
