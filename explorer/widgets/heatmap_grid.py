@@ -71,6 +71,23 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
         self.lens_label_step = 1
         self.selected: tuple[int, int] | None = None
 
+        self._build_grid_plot()
+        self.colorbar = pg.ColorBarItem(values=display_levels(False), colorMap=pg.colormap.get(GRID_COLORMAP),
+                                        label="attention weight", interactive=False, width=12)
+        self.colorbar.setImageItem(self.image)
+        self.addItem(self.colorbar, row=0, col=1)
+
+        self._build_stat_columns()
+        self._build_lens_column()
+
+        self.scene().sigMouseClicked.connect(self._on_click)
+        self.scene().sigMouseMoved.connect(self._on_move)
+        self._built = True
+        self.plot.vb.sigRangeChanged.connect(lambda *_: self._fit_lens_texts())  # a resize, the aspect lock
+
+    def _build_grid_plot(self) -> None:
+        """The tiles' plot: layer and head axes, the grey backdrop and staircase of the masked half,
+        the tile separators, the selection frame and the ablation crosses, in drawing order."""
         self.left_axis = ColumnAxis("left", "L")
         self.top_axis = ColumnAxis("top", "H")
         self.plot = self.addPlot(row=0, col=0, axisItems={"left": self.left_axis, "top": self.top_axis})
@@ -108,11 +125,8 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
         self.plot.addItem(self.ablated_marks)
         self.ablated: tuple[tuple[int, int], ...] = ()
 
-        self.colorbar = pg.ColorBarItem(values=display_levels(False), colorMap=pg.colormap.get(GRID_COLORMAP),
-                                        label="attention weight", interactive=False, width=12)
-        self.colorbar.setImageItem(self.image)
-        self.addItem(self.colorbar, row=0, col=1)
-
+    def _build_stat_columns(self) -> None:
+        """One narrow image per head statistic, its rows linked to the grid's."""
         self.stat_plots, self.stat_images = {}, {}
         for col, (key, title) in enumerate(STATS, start=2):
             plot = self.addPlot(row=0, col=col)
@@ -128,6 +142,8 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
             plot.addItem(img)
             self.stat_plots[key], self.stat_images[key] = plot, img
 
+    def _build_lens_column(self) -> None:
+        """The logit lens: a bar and a label per layer, rows linked to the grid's."""
         self.lens_plot = self.addPlot(row=0, col=len(STATS) + 2)
         self._plain(self.lens_plot)
         self.lens_plot.hideAxis("left")
@@ -141,11 +157,6 @@ class HeatmapGrid(pg.GraphicsLayoutWidget):
                                          pen=pg.mkPen(None))
         self.lens_plot.addItem(self.lens_bars)
         self.lens_texts: list[pg.TextItem] = []
-
-        self.scene().sigMouseClicked.connect(self._on_click)
-        self.scene().sigMouseMoved.connect(self._on_move)
-        self._built = True
-        self.plot.vb.sigRangeChanged.connect(lambda *_: self._fit_lens_texts())  # a resize, the aspect lock
 
     @staticmethod
     def _plain(plot: pg.PlotItem) -> None:

@@ -52,6 +52,15 @@ OPTIONAL_INTS = {"mlp_hidden": "from mlp_ratio", "n_kv_head": "= n_head"}  # 0 i
 QKV_CHOICES = (("follow bias", None), ("on", True), ("off", False))
 
 
+def _hidden_note(name: str) -> QLabel:
+    """A wrapping note line, hidden until it has something to say; `name` picks its style."""
+    label = QLabel("")
+    label.setObjectName(name)
+    label.setWordWrap(True)
+    label.hide()
+    return label
+
+
 class ConfigPanel(QWidget):
     configEdited = Signal(dict)  # every field's current value
     presetChosen = Signal(str)
@@ -93,7 +102,19 @@ class ConfigPanel(QWidget):
         self.loaded_label.setObjectName("readoutNote")
         self.loaded_label.setWordWrap(True)
         column.addWidget(self.loaded_label)
+        column.addWidget(self._build_config_group())
+        column.addWidget(self._build_build_group())
+        column.addStretch(1)
 
+        scroll = self.form_scroll = QScrollArea()
+        scroll.setWidget(box)
+        scroll.setWidgetResizable(True)
+        scroll.setMinimumWidth(300)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        return scroll
+
+    def _build_config_group(self) -> QGroupBox:
+        """The preset and one field per GPTConfig entry, with the error and warning lines under them."""
         config_box = QGroupBox("Config")
         form = QFormLayout(config_box)
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
@@ -107,18 +128,14 @@ class ConfigPanel(QWidget):
             widget.setObjectName(f"field_{name}")
             self.inputs[name] = widget
             form.addRow(label, widget)
-        self.error_label = QLabel("")
-        self.error_label.setObjectName("fieldError")
-        self.error_label.setWordWrap(True)
-        self.error_label.hide()
+        self.error_label = _hidden_note("fieldError")
         form.addRow(self.error_label)
-        self.warning_label = QLabel("")
-        self.warning_label.setObjectName("fieldWarning")
-        self.warning_label.setWordWrap(True)
-        self.warning_label.hide()
+        self.warning_label = _hidden_note("fieldWarning")
         form.addRow(self.warning_label)
-        column.addWidget(config_box)
+        return config_box
 
+    def _build_build_group(self) -> QGroupBox:
+        """Init scheme, seed, Build (its progress, Cancel and status) and "Train this config…"."""
         build_box = QGroupBox("Build")
         grid = QGridLayout(build_box)
         self.init_scheme = QComboBox()
@@ -154,15 +171,7 @@ class ConfigPanel(QWidget):
         grid.addWidget(self.cancel_build_button, 4, 0, 1, 2)
         grid.addWidget(self.build_status, 5, 0, 1, 2)
         grid.addWidget(self.train_button, 6, 0, 1, 2)
-        column.addWidget(build_box)
-        column.addStretch(1)
-
-        scroll = self.form_scroll = QScrollArea()
-        scroll.setWidget(box)
-        scroll.setWidgetResizable(True)
-        scroll.setMinimumWidth(300)
-        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        return scroll
+        return build_box
 
     def _make_field(self, name: str) -> QWidget:
         if name in ("bias", "tie_weights", "residual"):

@@ -83,6 +83,22 @@ class ParamReadoutView(QWidget):
         self.total_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         column.addWidget(self.total_label)
 
+        column.addLayout(self._build_figures())
+        self.parts_label = QLabel("")
+        self.parts_label.setObjectName("readoutNote")
+        self.parts_label.setWordWrap(True)
+        self.parts_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        column.addWidget(self.parts_label)
+
+        self.memory_label = QLabel("")
+        self.memory_label.setWordWrap(True)
+        self.memory_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        column.addWidget(self.memory_label)
+
+        column.addWidget(self._build_table_and_chart(), 1)
+
+    def _build_figures(self) -> QGridLayout:
+        """Tied and untied totals, their difference and the two non-embedding counts, each with a note."""
         figures = QGridLayout()
         figures.setHorizontalSpacing(18)
         self.figure_labels: dict[str, QLabel] = {}
@@ -102,19 +118,10 @@ class ParamReadoutView(QWidget):
             self.figure_labels[key] = value
             self.figure_labels[key + "_note"] = note
         figures.setColumnStretch(2, 1)
-        column.addLayout(figures)
+        return figures
 
-        self.parts_label = QLabel("")
-        self.parts_label.setObjectName("readoutNote")
-        self.parts_label.setWordWrap(True)
-        self.parts_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        column.addWidget(self.parts_label)
-
-        self.memory_label = QLabel("")
-        self.memory_label.setWordWrap(True)
-        self.memory_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        column.addWidget(self.memory_label)
-
+    def _build_table_and_chart(self) -> QSplitter:
+        """The per-component table over the share chart; the table keeps its rows, the chart takes the rest."""
         lower = QSplitter(Qt.Orientation.Vertical)
         self.table = _FitTable(0, 4)
         self.table.setHorizontalHeaderLabels(["component", "per block", "total", "share"])
@@ -141,7 +148,8 @@ class ParamReadoutView(QWidget):
         lower.addWidget(self.chart)
         lower.setStretchFactor(0, 0)  # the table gets its full height when there is room ...
         lower.setStretchFactor(1, 1)  # ... and the chart takes the rest
-        column.addWidget(lower, 1)
+        return lower
+
 
     def set_readout(self, r: ParamReadout) -> None:
         self.total_label.setText(f"{r.total_text} parameters  ({r.total:,})")
