@@ -8,6 +8,8 @@ import sys
 from gptcore.model.config import MLPS, NORMS, POS_EMBEDDINGS, PRESETS, ConfigError, GPTConfig, describe_parts
 from gptcore.model.params import breakdown_table, count_parameters, format_bytes, format_count, modern_differences
 
+META_HELP = ("nanoGPT's meta.pkl for a char-level ckpt.pt whose data/<dataset>/meta.pkl is not found "
+             "(read without running it)")
 CONFIG_FLAGS = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "mlp_ratio")
 # The modern parts: (flag type, choices); printed only when one differs from GPT-2's.
 MODERN_FLAGS = {"pos_embedding": (str, POS_EMBEDDINGS), "rope_theta": (float, None), "norm": (str, NORMS),
@@ -70,13 +72,15 @@ def _add_info(sub) -> None:
     p.add_argument("--n-head", type=int, default=None,
                    help="head count of a file that does not record it (the book's model.pth, a lone .safetensors "
                         "or state dict): no tensor shape holds it, so such a file is refused without it")
+    p.add_argument("--meta", default=None, help=META_HELP)
     p.set_defaults(func=cmd_info)
 
 
 def cmd_info(args) -> int:
     from gptcore.io.loading import load
 
-    _, info = load(args.source, device=args.device, dtype=args.dtype, n_head=args.n_head, progress=_print_progress)
+    _, info = load(args.source, device=args.device, dtype=args.dtype, n_head=args.n_head, meta=args.meta,
+                   progress=_print_progress)
     for key, value in info.describe().items():
         print(f"{key:<14}{value}")
     print()
@@ -98,24 +102,30 @@ def _add_generate(sub) -> None:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--device", default=None)
     p.add_argument("--n-head", type=int, default=None, help="head count of a file that does not record it")
+    p.add_argument("--meta", default=None, help=META_HELP)
     p.set_defaults(func=cmd_generate)
 
 
 def cmd_generate(args) -> int:
     from gptcore.generation.streaming import check_settings, generate
-    from gptcore.io.loading import load
-    from gptcore.io.tokenizer import gpt2_tokenizer
+    from gptcore.io.folder_tokenizer import IdTokenizer
+    from gptcore.io.loading import load, load_tokenizer
 
     # Settings are checked before anything slow happens (a bad --top-p fails at once).
     check_settings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                    repetition_penalty=args.repetition_penalty, max_new_tokens=args.max_new_tokens)
-    model, info = load(args.model, device=args.device, n_head=args.n_head, progress=_print_progress)
-    tok = gpt2_tokenizer()
-    print(f"[{info.name} on {info.device}]", file=sys.stderr)
+    model, info = load(args.model, device=args.device, n_head=args.n_head, meta=args.meta, progress=_print_progress)
+    tok, reason = load_tokenizer(info)  # the model's own: GPT-2's BPE, its folder's, its characters
+    if tok is None:
+        tok = IdTokenizer(model.config.vocab_size, reason)  # the prompt is ids, the output too
+    start = tok.encode(args.prompt) or ([tok.eot_token] if tok.eot_token is not None else [])
+    if not start:
+        raise ValueError(f"{info.name}'s vocabulary has no end-of-text token to start from; give --prompt")
+    print(f"[{info.name} on {info.device}, tokenizer {info.tokenizer.describe()}]", file=sys.stderr)
     sys.stdout.write(args.prompt)
     sys.stdout.flush()
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may span tokens
-    for step in generate(model, tok.encode(args.prompt) or [tok.eot_token], max_new_tokens=args.max_new_tokens,
+    for step in generate(model, start, max_new_tokens=args.max_new_tokens,
                          temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                          repetition_penalty=args.repetition_penalty, seed=args.seed):
         sys.stdout.write(decoder.decode(tok.token_bytes(step.token)))

@@ -187,6 +187,31 @@ def test_nanogpts_char_checkpoint_opens_with_the_meta_pkl_its_dataset_names(tmp_
     assert choice.kind == "meta" and text == reference
 
 
+def test_the_command_line_reads_nanogpts_characters_too(tmp_path, monkeypatch, capsys):
+    """`python -m gptcore info|generate` use the model's own tokenizer: the meta.pkl found from
+    config['dataset'], or `--meta`; greedy generation prints sample.py's top_k=1 text."""
+    from gptcore.__main__ import main as cli
+
+    repo = tmp_path / "nanoGPT"
+    prepare_py(repo / "data" / "shk_char", TEXT)
+    nanogpt_out_dir(repo / "out-shk", "shk_char", len(set(TEXT)))
+    monkeypatch.chdir(repo)
+    _, reference = sample_py(repo / "out-shk", "dog ")
+    assert cli(["info", str(repo / "out-shk"), "--device", "cpu"]) == 0
+    assert "characters — nanoGPT's character vocabulary" in capsys.readouterr().out
+    lonely = tmp_path / "copied"
+    lonely.mkdir()
+    (lonely / "ckpt.pt").write_bytes((repo / "out-shk" / "ckpt.pt").read_bytes())
+    monkeypatch.chdir(tmp_path)
+    args = ["generate", "--model", str(lonely), "--prompt", "dog ", "--temperature", "0", "--max-new-tokens", "12",
+            "--device", "cpu"]
+    assert cli(args) == 2  # not found: the prompt would have to be ids, and the error says why
+    err = capsys.readouterr().err
+    assert "type numbers separated by spaces" in err and "data/shk_char/meta.pkl" in err
+    assert cli([*args, "--meta", str(repo / "data" / "shk_char" / "meta.pkl")]) == 0
+    assert capsys.readouterr().out.strip("\n") == reference
+
+
 def test_a_meta_pkl_carrying_code_is_refused_and_never_runs(tmp_path, monkeypatch):
     repo = tmp_path / "nanoGPT"
     prepare_py(repo / "data" / "evil_char", TEXT)
