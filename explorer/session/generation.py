@@ -13,12 +13,14 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from explorer.session.precision import GenerationPrecision
 from explorer.session.results import Distribution, GeneratedToken, NextTokenLogits, PromptContext
 
 
 class GenerationDomain:
     def __init__(self, core):
         self.core = core
+        self.precision = GenerationPrecision(core)  # fp32, or a bf16 copy for generation (precision.py)
 
     def context(self, text: str) -> PromptContext:
         """The ids the model reads for `text`: <|endoftext|> when empty, the last
@@ -42,6 +44,7 @@ class GenerationDomain:
         with self.core.lock:
             model, version = self.core.model, self.core.version
             self.core.check_token_ids(context.ids, model)
+            model = self.precision.model_for(model)  # what generation runs: the bars show what is drawn
             with torch.inference_mode():
                 x = torch.as_tensor(context.ids, device=model.device)[None]  # (1, T)
                 logits = model(x, logits="last")[0, -1].float().cpu().numpy()  # (V,)
@@ -97,7 +100,7 @@ class GenerationDomain:
         with self.core.lock:
             model, version = self.core.model, self.core.version
             self.core.check_token_ids(ids, model)
-            steps = generate(model, [int(i) for i in ids], max_new_tokens=int(settings.get("max_new_tokens", 50)),
+            steps = generate(self.precision.model_for(model), [int(i) for i in ids], max_new_tokens=int(settings.get("max_new_tokens", 50)),
                              temperature=settings.get("temperature", 1.0), top_k=settings.get("top_k"),
                              top_p=settings.get("top_p"), repetition_penalty=settings.get("repetition_penalty", 1.0),
                              seed=settings.get("seed"), n_alternatives=int(settings.get("n_alternatives", 8)),
