@@ -47,7 +47,7 @@ from gptcore.benches import patching as bench_patching
 from gptcore.benches import smollm2 as bench_smollm2
 from gptcore.benches.patching import TARGETS as PATCHING_TARGETS
 from gptcore.benches.smollm2 import TARGETS as SMOLLM2_TARGETS
-from gptcore.benches.timing import cpu_name, timed, timed_pair
+from gptcore.benches.timing import cpu_name, greedy_decode_pair, timed, timed_pair
 
 GPT2_SMALL = dict(vocab_size=50257, n_positions=1024, n_layer=12, n_head=12, n_embd=768)
 TINY = dict(vocab_size=1000, n_positions=128, n_layer=2, n_head=4, n_embd=64)
@@ -116,23 +116,8 @@ def bench_forward_capture(hf, ours, ids: torch.Tensor, plan: Plan, device) -> di
 
 
 def bench_decode(hf, ours, prompt: torch.Tensor, plan: Plan, device, runs: int | None = None) -> dict:
-    from transformers import GenerationConfig
-
-    from gptcore.generation.streaming import generate
-
     n = plan.new_tokens
-    config = GenerationConfig(do_sample=False, max_new_tokens=n, min_new_tokens=0, eos_token_id=None,
-                              pad_token_id=0, use_cache=True)
-    mask = torch.ones_like(prompt)
-    produced = {}
-
-    def run_ours():
-        produced["ours"] = [s.token for s in generate(ours, prompt, max_new_tokens=n, temperature=0)]
-
-    def run_ref():
-        with torch.inference_mode():
-            produced["ref"] = hf.generate(prompt, attention_mask=mask, generation_config=config)[0, prompt.shape[1]:].tolist()
-
+    run_ours, run_ref, produced = greedy_decode_pair(ours, hf, prompt, n)
     ours_s, ref_s, ours_all, ref_all = timed_pair(run_ours, run_ref, runs or plan.decode_runs, device)
     return dict(decode_tok_s_ours=n / ours_s, decode_tok_s_ref=n / ref_s, decode_ratio=ref_s / ours_s,
                 decode_same_tokens=produced["ours"] == produced["ref"], decode_new_tokens=n, tokens_ours=produced["ours"],

@@ -26,9 +26,9 @@ TARGETS = {"smollm2_load": ("<=", 1.0), "smollm2_decode": (">=", 1.0)}
 
 def bench_smollm2(quick: bool, device: torch.device, timed_pair, say=lambda message: None) -> dict:
     """All smollm2_* figures (a flat dict). `timed_pair` is timing.timed_pair (interleaved medians)."""
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM
 
-    from gptcore.generation.streaming import generate
+    from gptcore.benches.timing import greedy_decode_pair
     from gptcore.io.loading import load
 
     shape = TINY_LLAMA if quick else SMOLLM2_135M
@@ -57,19 +57,8 @@ def bench_smollm2(quick: bool, device: torch.device, timed_pair, say=lambda mess
     out.update(smollm2_logits_max_abs_diff=diff)
 
     say("smollm2: decode")
-    config = GenerationConfig(do_sample=False, max_new_tokens=new_tokens, min_new_tokens=0, eos_token_id=None,
-                              pad_token_id=0, use_cache=True)
     hf.generation_config.eos_token_id = None
-    mask = torch.ones_like(prompt)
-    produced = {}
-
-    def run_ours():
-        produced["ours"] = [s.token for s in generate(ours, prompt, max_new_tokens=new_tokens, temperature=0)]
-
-    def run_ref():
-        with torch.inference_mode():
-            tokens = hf.generate(prompt, attention_mask=mask, generation_config=config)
-        produced["ref"] = tokens[0, prompt.shape[1]:].tolist()
+    run_ours, run_ref, produced = greedy_decode_pair(ours, hf, prompt, new_tokens)
 
     ours_s, ref_s, ours_all, ref_all = timed_pair(run_ours, run_ref, decode_runs, device)
     out.update(smollm2_decode_tok_s_ours=new_tokens / ours_s, smollm2_decode_tok_s_ref=new_tokens / ref_s,

@@ -73,3 +73,28 @@ def _once(fn: Callable[[], object], device: torch.device) -> float:
     fn()
     _sync(device)
     return time.perf_counter() - start
+
+
+def greedy_decode_pair(ours, hf, prompt: torch.Tensor, new_tokens: int):
+    """The two sides of a decode bench (GPT-2's and SmolLM2's): `new_tokens` greedy tokens after
+    `prompt` (1, T) with the KV cache — ours through generation.streaming.generate at temperature
+    0, HF's through its generate with no EOS stop — and the dict where each run leaves its token
+    ids ("ours", "ref"), so the bench times the pair and checks the tokens are the same."""
+    from transformers import GenerationConfig
+
+    from gptcore.generation.streaming import generate
+
+    config = GenerationConfig(do_sample=False, max_new_tokens=new_tokens, min_new_tokens=0, eos_token_id=None,
+                              pad_token_id=0, use_cache=True)
+    mask = torch.ones_like(prompt)
+    produced: dict[str, list[int]] = {}
+
+    def run_ours():
+        produced["ours"] = [s.token for s in generate(ours, prompt, max_new_tokens=new_tokens, temperature=0)]
+
+    def run_ref():
+        with torch.inference_mode():
+            tokens = hf.generate(prompt, attention_mask=mask, generation_config=config)
+        produced["ref"] = tokens[0, prompt.shape[1]:].tolist()
+
+    return run_ours, run_ref, produced
