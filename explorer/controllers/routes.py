@@ -81,7 +81,8 @@ class RoutesController(PanelController[RoutesView]):
             self.view.clear_results(event.reason)
             return
         self.view.set_edge_test("")
-        self.view.set_ranking_text(event.reason)
+        self.view.set_detail("")  # a node's tokens or an edge's heads of the old weights
+        self.view.set_ranking([], [], [], f"{event.reason}; rank again for the new numbers")
         self.view.set_status(event.reason)
 
     def refresh(self) -> None:

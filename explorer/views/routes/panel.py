@@ -25,6 +25,8 @@ from explorer.widgets.csv_meta import with_metadata
 from explorer.widgets.token_stream import visible_token
 
 STATUS_MAX_PX = 360
+RANK_HINT = "For each head into the chosen position: its route share beside the measured effect of removing it."
+DETAIL_HINT = "Hover an edge for its heads; click a node for what it writes; click an edge to select it."
 SLIDER_STEPS = 100  # the slider moves in hundredths; the spin box takes any value
 
 
@@ -129,8 +131,7 @@ class RoutesPanel(QWidget):
         pane = QWidget()
         box = QVBoxLayout(pane)
         box.setContentsMargins(4, 0, 0, 0)
-        self.detail = QLabel("Hover an edge for its heads; click a node for what it writes; click an edge to "
-                             "select it.")
+        self.detail = QLabel(DETAIL_HINT)
         self.detail.setWordWrap(True)
         self.detail.setTextFormat(Qt.TextFormat.RichText)
         self.detail.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -145,8 +146,7 @@ class RoutesPanel(QWidget):
         self.rank_button.setToolTip("For every head into the chosen position, remove the part it reads most "
                                     "(two forwards per head) and compare the measured effect with its route share")
         self.rank_button.clicked.connect(self.rankRequested)
-        self.rank_label = QLabel("For each head into the chosen position: its route share beside the measured "
-                                 "effect of removing it.")
+        self.rank_label = QLabel(RANK_HINT)
         self.rank_label.setWordWrap(True)
         self.table = RankingTable()
         self.training_chart = OverTrainingChart()
@@ -189,6 +189,8 @@ class RoutesPanel(QWidget):
         self.graph.set_graph(graph, self._tokens, result.n_layer, reset_view=first or new_prompt)
         self._selected = -1
         self.remove_button.setEnabled(False)
+        if not self.table.rowCount():  # an "out of date" line belonged to the graph this one replaces
+            self.rank_label.setText(RANK_HINT)
         self.count_label.setText(f"{graph.n_edges} edges above {graph.threshold:g} · {graph.n_route} on the route")
         pos = graph.position
         self.target_label.setText(f"after {visible_token(self._tokens[pos])!r} (position {pos}) → predicts "
@@ -221,14 +223,17 @@ class RoutesPanel(QWidget):
         self.detail.setText(f"<b>{title}</b><br>promotes: {up}<br>suppresses: {down}")
 
     def set_detail(self, text: str) -> None:
-        self.detail.setText(text)
+        self.detail.setText(text or DETAIL_HINT)
 
     def set_edge_test(self, text: str) -> None:
         self.test_label.setText(text)
 
     def set_ranking(self, labels, route, effect, text: str) -> None:
+        """The ranked heads (empty: none ranked for what is on screen) and the line above them."""
         self.table.set_rows(labels, route, effect)
         self.rank_label.setText(text)
+        if len(labels):
+            self.tabs.setCurrentIndex(0)
 
     def set_ranking_text(self, text: str) -> None:
         self.rank_label.setText(text)
