@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from typing import Callable, Optional
 
 import torch
@@ -28,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gptcore.model.config import ConfigError
+from gptcore.model.probed import ProbedPath
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +37,6 @@ _ON = {"", "1", "true", "on", "yes"}
 
 # op(x, weight, bias, "none", [], "") -> x @ weight.T + bias
 LinearOp = Callable[..., torch.Tensor]
-_UNPROBED = object()
-_op: object = _UNPROBED  # the trusted op once probed, or None for the plain path
-_lock = threading.Lock()
 
 
 def _lookup_op() -> Optional[LinearOp]:
@@ -89,14 +86,7 @@ def _switch_setting() -> bool:
 
 def onednn_linear() -> Optional[LinearOp]:
     """The oneDNN linear op if this process may use it, else None. Decided once, at first use."""
-    global _op
-    op = _op
-    if op is not _UNPROBED:
-        return op  # type: ignore[return-value]
-    with _lock:
-        if _op is _UNPROBED:
-            _op = _decide()
-        return _op  # type: ignore[return-value]
+    return _path.get()
 
 
 def _decide() -> Optional[LinearOp]:
@@ -114,22 +104,14 @@ def _decide() -> Optional[LinearOp]:
     return op
 
 
-def _give_up(exc: Exception) -> None:
-    """A call failed where F.linear did not: the plain path from now on, logged once."""
-    global _op
-    with _lock:
-        if _op is None:
-            return
-        _op = None
-    log.warning("oneDNN linear raised %s: %s; linear layers use the plain path (F.linear) from now on",
-                type(exc).__name__, exc)
+_path: ProbedPath[LinearOp] = ProbedPath(lambda: _decide(), "oneDNN linear",
+                                         "linear layers use the plain path (F.linear)", log)
+_give_up = _path.give_up  # a call failed where F.linear did not: the plain path from now on, logged once
 
 
 def forget_probe() -> None:
     """Decide again at the next use (after a change to GPTCORE_ONEDNN, e.g. in a test)."""
-    global _op
-    with _lock:
-        _op = _UNPROBED
+    _path.forget()
 
 
 class Linear(nn.Linear):

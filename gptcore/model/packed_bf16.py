@@ -22,20 +22,18 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import weakref
 
 import torch
 import torch.nn.functional as F
+
+from gptcore.model.probed import ProbedPath
 
 log = logging.getLogger(__name__)
 
 ENV_SWITCH = "GPTCORE_ONEDNN"  # as linear.py, which imports this module (so it cannot import linear)
 _OFF = {"0", "false", "off", "no"}
 
-_UNPROBED = object()
-_ok: object = _UNPROBED  # True / False once decided
-_lock = threading.Lock()
 # layer -> (key, packed weight). Beside the layer, not on it: never saved, copied or pickled with it
 # (a deepcopy of a model would fail on oneDNN's opaque tensors), and gone with the layer.
 _packed: "weakref.WeakKeyDictionary[torch.nn.Module, tuple]" = weakref.WeakKeyDictionary()
@@ -76,12 +74,7 @@ def _probe() -> str | None:
 
 def available() -> bool:
     """Whether bf16 one-row products take the packed path in this process. Decided once."""
-    global _ok
-    if _ok is _UNPROBED:
-        with _lock:
-            if _ok is _UNPROBED:
-                _ok = _decide()
-    return bool(_ok)
+    return bool(_path.get())
 
 
 def _decide() -> bool:
@@ -99,22 +92,18 @@ def _decide() -> bool:
     return True
 
 
+_path: ProbedPath[bool] = ProbedPath(lambda: _decide() or None, "oneDNN's packed bf16 linear",
+                                     "bf16 layers use F.linear", log)
+
+
 def forget_probe() -> None:
     """Decide again at the next use (a test changing GPTCORE_ONEDNN)."""
-    global _ok
-    with _lock:
-        _ok = _UNPROBED
+    _path.forget()
 
 
 def give_up(exc: Exception) -> None:
     """A call failed where F.linear did not: F.linear from now on, logged once."""
-    global _ok
-    with _lock:
-        if _ok is False:
-            return
-        _ok = False
-    log.warning("oneDNN's packed bf16 linear raised %s: %s; bf16 layers use F.linear from now on",
-                type(exc).__name__, exc)
+    _path.give_up(exc)
 
 
 def packed_weight(layer: torch.nn.Linear) -> torch.Tensor:
