@@ -67,6 +67,7 @@ class TrainCharts(QWidget):
         self._curves: dict[tuple[str, str], pg.PlotDataItem] = {}
         self._census: dict[str, list] = {}
         self._census_steps: list[int] = []
+        self._legend: list[tuple[str, str]] = []  # (part, colour) of the grad-norm curves
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
         grid.setSpacing(4)
@@ -176,7 +177,8 @@ class TrainCharts(QWidget):
             values = np.asarray(values, float)
             values = np.where(values > 0, values, np.nan)  # log axis: a zero norm is a gap
             curve.setData(steps, values, connect="finite")
-        self.grad_legend.setText(_legend_html(legend))
+        self._legend = legend
+        self._fill_legend()
         _show_axes(self.grad_plot, bool(parts) and len(steps) > 0)
 
     def set_icl(self, per_scheme: dict) -> None:
@@ -187,6 +189,16 @@ class TrainCharts(QWidget):
         shown = any(len(x) for x, _y in per_scheme.values())
         _show_axes(self.icl_plot, shown)
         self.icl_zero.setVisible(shown)
+
+    def _fill_legend(self) -> None:
+        """As many entries to a line as the label's width holds (again on every resize)."""
+        metrics = self.grad_legend.fontMetrics()
+        widest = max((metrics.horizontalAdvance(f"■ {name}   ") for name, _c in self._legend), default=1)
+        self.grad_legend.setText(_legend_html(self._legend, max(1, self.grad_legend.width() // widest)))
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self._fill_legend()
 
     # -- census --------------------------------------------------------------------------------------
     def set_schemes(self, schemes) -> None:
@@ -249,7 +261,8 @@ class TrainCharts(QWidget):
                 if curve in plot.getPlotItem().items:
                     plot.getPlotItem().removeItem(curve)
         self._curves.clear()
-        self.grad_legend.setText("")
+        self._legend = []
+        self._fill_legend()
         for plot in (self.loss_plot, self.lr_plot, self.grad_plot, self.icl_plot):
             _show_axes(plot, False)
         self.icl_zero.hide()
