@@ -37,6 +37,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="attention heads of a --model file that does not record them (the book's model.pth); "
                         "without it the window asks, and --screenshot exits 2")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where the model runs")
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"],
+                   help="generation precision: bf16 runs generation from a bf16 copy of the weights, where the CPU "
+                        "has native bf16 (avx512_bf16/AMX; refused, with the reason, where it would be emulated); "
+                        "every other panel stays fp32 (also in the View menu)")
     p.add_argument("--panel", choices=panel_names(), help="panel to show first")
     p.add_argument("--prompt", help="initial prompt for the panels that take one")
     p.add_argument("--run", metavar="DIR", help="a training run folder (python -m gptcore.train's --out_dir) for "
@@ -286,7 +290,7 @@ def main(argv=None) -> int:
     window.installEventFilter(first_paint)
     window.show()
     if not args.exit_after_paint:
-        QTimer.singleShot(0, lambda: window.start(args.model, args.device, n_head=args.n_head))
+        QTimer.singleShot(0, lambda: window.start(args.model, args.device, n_head=args.n_head, dtype=args.dtype))
 
     if args.screenshot:
         code = take_screenshot(app, window, runner, args.panel, args.screenshot, args.prompt)

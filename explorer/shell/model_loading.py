@@ -44,20 +44,32 @@ CHECKPOINT_FILTER = "Checkpoints (*.safetensors *.pt *.pth *.bin *.ckpt);;All fi
 class ModelLoading:
     meta_dialog = None  # the open MetaDialog, if any (a nanoGPT char model without its meta.pkl)
 
-    def start(self, source: str | None = None, device: str | None = None, n_head: int | None = None) -> None:
+    def start(self, source: str | None = None, device: str | None = None, n_head: int | None = None,
+              dtype: str = "fp32") -> None:
         """Create the session in a worker (importing torch there) and load `source` or the default.
+        `dtype` is the generation precision (--dtype); bf16 where it would be emulated is refused
+        with the reason in the error dialog, and the app goes on in fp32.
 
         A failed `source` still leaves a session (without a model), so the user can open another.
         """
+        refused = []
+
         def make_session(token, progress):
             from explorer.session.core import Session  # imports torch: seconds, so never on the GUI thread
+            from explorer.session.precision import EmulatedBf16
 
             session = Session(device=device)
             session.device  # resolve it here too (asking CUDA is slow)
+            try:
+                session.generation.precision.set(dtype)
+            except EmulatedBf16 as exc:
+                refused.append(exc)
             return session
 
         def attach(session) -> None:
             self.attach_session(session)  # the Config panel works from here on
+            for exc in refused:
+                self.ctx.report_error(exc, f"--dtype {dtype} not used", after="Generation runs in fp32.", inline=False)
             if source:
                 self.load_model(source, fall_back_to_default=self.fall_back_on_failed_start, n_head=n_head)
             else:

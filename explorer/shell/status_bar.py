@@ -117,6 +117,11 @@ class ModelStatusBar(QStatusBar):
         labels["params"].setText(f"{format_count(info.n_params)} params" if info.n_params else "")
         labels["params"].setToolTip(f"{info.n_params:,} parameters ({'tied' if info.tied else 'untied'} head)")
 
+    def show_precision(self, text: str, tip: str) -> None:
+        """The dtype field: the weights' dtype and, in bf16 mode, that generation runs in bf16."""
+        self.labels["dtype"].setText(text)
+        self.labels["dtype"].setToolTip(tip)
+
     def show_ablation(self, text: str) -> None:
         """'3 heads ablated · Reset' (Reset a link), hidden when nothing is ablated."""
         if not text:

@@ -29,7 +29,8 @@ import explorer.widgets.theme as theme
 from explorer.controllers.context import PanelContext
 from explorer.shell.model_loading import ModelLoading
 from explorer.shell.registry import PANELS, PanelSpec
-from explorer.session.events import AblationChanged, ModelSwapped, TrainingStepShown
+from explorer.session.events import AblationChanged, ModelSwapped, SettingsChanged, TrainingStepShown
+from explorer.shell.precision_menu import add_precision_menu, sync_precision
 from explorer.shell.status_bar import ModelStatusBar, UntrainedBanner
 from explorer.runtime.workers import MODEL_TASK, TaskRunner
 
@@ -156,6 +157,8 @@ class MainWindow(ModelLoading, QMainWindow):
         for spec in PANELS:
             self.actions[f"panel_{spec.name}"] = self._action(
                 view_menu, spec.title, lambda _=False, n=spec.name: self.show_panel(n), spec.shortcut)
+        view_menu.addSeparator()
+        self.precision_actions = add_precision_menu(self, view_menu)  # fp32 | bf16 generation (issue 28)
         help_menu = bar.addMenu("&Help")
         self.actions["about"] = self._action(help_menu, "&About GPT Explorer", self.show_about,
                                              "F1", "about")
@@ -241,6 +244,9 @@ class MainWindow(ModelLoading, QMainWindow):
             self._show_session()
         elif isinstance(event, AblationChanged):
             self.status_bar.show_ablation(event.after.text())
+            sync_precision(self)  # bf16 generation runs fp32 while ablated
+        elif isinstance(event, SettingsChanged) and event.what == "precision":
+            sync_precision(self)
         elif isinstance(event, TrainingStepShown):  # the Train panel renamed the model to the step shown
             self._update_status()
 
@@ -265,6 +271,7 @@ class MainWindow(ModelLoading, QMainWindow):
             return
         info, has_model = self.session.info, self.session.has_model
         self.status_bar.show_model(info, has_model)
+        sync_precision(self)
         self.status_bar.show_ablation(self.session.interp.ablation.text())  # a swap clears it
         self._update_memory()
         self.banner.show_for(info, has_model)
