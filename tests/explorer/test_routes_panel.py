@@ -243,3 +243,24 @@ def test_the_bench_measures_the_routes_keystroke_beside_attentions():
     assert attention["tokens"] == routes["routes_tokens"] == 32
     assert routes["routes_keystroke_ms"] > 0 and routes["threshold_ms"] > 0 and routes["routes_edges"] > 0
     assert routes["routes_vs_attention"] == pytest.approx(routes["routes_keystroke_ms"] / attention["keystroke_ms"], rel=0.02)
+
+
+def test_typing_recomputes_and_hovering_an_edge_shows_its_heads(qtbot, page, runner):
+    c, view = page.controller, page.view
+    page.show()
+    view.prompt.setPlainText(PROMPT + " Mary")  # an edit: debounced, then computed
+    qtbot.waitUntil(lambda: c.result is not None and c.result.text == PROMPT + " Mary", timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: not runner.busy, timeout=WAIT_MS)
+    g = c.graph
+    e = int(np.argmax(np.where(g.is_attention & (g.node_pos[g.src] != g.node_pos[g.dst]), g.heads.max(1), -1)))
+    plot = view.graph
+    x0, y0 = plot._xy0[e]
+    x1, y1 = plot._xy1[e]
+    from PySide6.QtCore import QPointF
+
+    scene_pos = plot.getPlotItem().getViewBox().mapViewToScene(QPointF((x0 + x1) / 2, (y0 + y1) / 2))
+    hit = plot.edge_at(scene_pos)
+    assert hit >= 0 and np.allclose(plot._xy0[hit], plot._xy0[e]) and np.allclose(plot._xy1[hit], plot._xy1[e])
+    plot.scene().sigMouseMoved.emit(scene_pos)  # what moving the pointer there sends
+    head = int(np.argmax(g.heads[e]))
+    assert f"H{head} {g.heads[e, head]:.3f}" in view.readout.text() and "attention" in view.readout.text()
