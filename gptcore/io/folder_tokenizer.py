@@ -53,7 +53,7 @@ def choose_tokenizer(weights: Path, vocab_size: int, *, nanogpt: bool = False, d
     training checkpoint's config['dataset'], whose data/<dataset>/meta.pkl (nanoGPT's char
     vocabulary) is looked for as sample.py would; `meta`: a meta.pkl the user chose."""
     if meta is not None:
-        return TokenizerChoice("meta", str(meta), f"nanoGPT's character vocabulary chosen by the user ({meta})")
+        return _meta_choice(Path(meta), vocab_size, "chosen by the user")
     folder = weights.parent
     own = folder / TOKENIZER_FILE
     model_type = _model_type(folder)
@@ -85,10 +85,8 @@ def _small_vocab_choice(weights: Path, vocab_size: int, nanogpt: bool, dataset: 
     if found is None and nanogpt and beside.is_file():
         found = beside
     if found is not None:
-        how = f"config['dataset'] = {dataset!r}" if dataset else "beside the checkpoint"
-        return TokenizerChoice("meta", str(found), f"nanoGPT's character vocabulary {found} ({how})")
-    small = f"vocab_size {vocab_size:,} is smaller than GPT-2's {GPT2_VOCAB:,} (a character-level or other " \
-            f"vocabulary of its own)"
+        return _meta_choice(found, vocab_size, f"config['dataset'] = {dataset!r}" if dataset else "beside the checkpoint")
+    small = _small(vocab_size)
     if dataset:
         looked = ", ".join(str(p) for p in meta_candidates(weights, dataset)[:3])
         return TokenizerChoice("none", wants=META_FILE, reason=(
@@ -100,6 +98,28 @@ def _small_vocab_choice(weights: Path, vocab_size: int, nanogpt: bool, dataset: 
             f"see text, else token ids are shown"))
     return TokenizerChoice("none", reason=f"{small} and no {TOKENIZER_FILE} came with it: token ids are shown "
                                           f"instead of text")
+
+
+def _small(vocab_size: int) -> str:
+    return f"vocab_size {vocab_size:,} is smaller than GPT-2's {GPT2_VOCAB:,} (a character-level or other " \
+           f"vocabulary of its own)"
+
+
+def _meta_choice(path: Path, vocab_size: int, how: str) -> TokenizerChoice:
+    """"meta" when `path` is a char meta.pkl that fits the model (read here, a few kB, never run),
+    else "none" saying what is wrong with it and wanting another (the app asks again)."""
+    from gptcore.io.nanogpt_meta import META_FILE, MetaError, meta_chars, read_meta
+
+    try:
+        chars = meta_chars(read_meta(path), path)
+    except MetaError as exc:
+        return TokenizerChoice("none", wants=META_FILE, reason=f"{_small(vocab_size)}; {exc}: token ids are shown "
+                                                               f"instead of text")
+    if len(chars) > vocab_size:
+        return TokenizerChoice("none", wants=META_FILE, reason=(
+            f"{_small(vocab_size)}; {path} ({how}) has {len(chars):,} characters, more than the model's "
+            f"{vocab_size:,} ids: it belongs to other data, so token ids are shown instead of text"))
+    return TokenizerChoice("meta", str(path), f"nanoGPT's character vocabulary {path} ({how})")
 
 
 def is_gpt2_bpe(path: Path) -> bool:

@@ -233,8 +233,8 @@ def _read_nanogpt(path: Path, ckpt: dict, n_head) -> RawCheckpoint:
         raise LoadError(f"{path}: {exc}") from None
     warnings = []
     if (path.parent / "meta.pkl").exists() and config.vocab_size >= GPT2_VOCAB:
-        warnings.append("meta.pkl next to the checkpoint was not read (pickle files can run code); "
-                        "the GPT-2 tokenizer is used")
+        warnings.append(f"meta.pkl next to the checkpoint is not used: the vocabulary ({config.vocab_size:,}) is "
+                        f"GPT-2's size, so the GPT-2 tokenizer is used")
     return RawCheckpoint(state, config, path, "nanoGPT ckpt", _display_name(path), warnings, "model_args", detach=True,
                          provenance=of_training_dict(ckpt), dataset=_dataset(ckpt))
 

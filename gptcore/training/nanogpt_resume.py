@@ -40,7 +40,7 @@ def nanogpt_run_meta(folder: RunFolder, data: str | None) -> dict:
         train.pop(key, None)
     source = data if data is not None else str(_find_data(folder.root, config.get("dataset")))
     return {"schemes": ["gpt2"], "train_config": train, "corpus": {"source": source},
-            "tokenizer": {"kind": "char"}, "probe_interval": 0, "preset": None, "nanogpt": True}
+            "tokenizer": {"kind": "char"}, "probe_interval": 0, "preset": None}
 
 
 def _read(path: Path) -> dict:

@@ -21,6 +21,9 @@ panel, a terminal, a cluster job on a shared disk). Only rank 0 writes it. Layou
                         the weights alone at that step (our parameter names; a tied head stored
                         once; metadata "format": "gptcore-step-1", "config": the GPTConfig as JSON,
                         "step", "scheme"), kept for scrubbing; `gptcore.load` opens them too
+    DIR/data/<name>_char/  a text run's data as nanoGPT's prepare.py writes it (train.bin, val.bin,
+                        meta.pkl; data.write_prepared), which every ckpt.pt's config['dataset'] names
+                        so that nanoGPT's sample.py finds meta.pkl
     DIR/probes/<scheme>/attention_000500.npy
                         the probe prompt's attention at that step, float16 (n_layer, n_head, T, T)
 

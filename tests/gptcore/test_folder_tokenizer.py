@@ -141,7 +141,7 @@ def test_a_char_level_nanogpt_names_its_unusable_meta_pkl(tmp_path):
     torch.save({"model": state, "model_args": args, "iter_num": 5000}, tmp_path / "ckpt.pt")
     (tmp_path / "meta.pkl").write_bytes(b"\x80\x04N.")  # a pickle of None: read safely, not a vocabulary
     _, info = load(tmp_path / "ckpt.pt")
-    assert info.tokenizer.kind == "meta"  # found beside the checkpoint
+    assert info.tokenizer.kind == "none" and info.tokenizer.wants == "meta.pkl"  # found, read, unusable
     ours, why = load_tokenizer(info)
     assert ours is None and "meta.pkl holds a NoneType" in why and "token ids are shown" in why
 

@@ -185,6 +185,9 @@ def test_nanogpts_char_checkpoint_opens_with_the_meta_pkl_its_dataset_names(tmp_
     assert "'shk_char'" in choice.reason and "data/shk_char/meta.pkl" in choice.reason
     text, choice = ours(lonely, "dog ", meta=repo / "data" / "shk_char" / "meta.pkl")  # the user's pick
     assert choice.kind == "meta" and text == reference
+    prepare_py(tmp_path / "other", TEXT + "".join(chr(0x100 + i) for i in range(80)))  # another data's meta
+    text, choice = ours(lonely, "dog ", meta=tmp_path / "other" / "meta.pkl")
+    assert choice.kind == "none" and choice.wants == "meta.pkl" and "belongs to other data" in choice.reason
 
 
 def test_the_command_line_reads_nanogpts_characters_too(tmp_path, monkeypatch, capsys):
