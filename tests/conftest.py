@@ -49,6 +49,7 @@ SLOW = {
         "test_a_run_the_training_refuses_shows_its_reason_in_the_panel",
         "test_pause_resume_and_quitting_while_paused_leaves_no_child_process"},
     "tests/gptcore/test_loading.py": {"test_gpt2_small_shape_round_trip"},
+    "tests/gptcore/test_nanogpt_interop.py": {"test_a_run_on_a_nanogpt_data_folder_is_sampled_by_sample_py"},
     "tests/gptcore/test_probes_incremental.py": {
         "test_typing_past_block_size_with_slack_reuses_the_window_and_equals_a_full_recompute"},
     "tests/gptcore/test_train_cli.py": {
