@@ -13,7 +13,8 @@ Settings use nanoGPT's override style, `--key=value` (or `--key value`):
   list (`--init=gpt2,pytorch-default`: each scheme trains on the same batches, into one folder);
   probe_interval (steps between probes, 0 = none); max_time (seconds, then stop as if done);
   log_interval (steps between progress lines); keep_every (keep the weights of every Nth eval);
-  init_from: scratch or resume (`--resume` is short for it): continue the run in out_dir;
+  init_from: scratch or resume (`--resume` is short for it): continue the run in out_dir, or nanoGPT's
+  own out_dir (its ckpt.pt: iter_num, optimizer, recorded settings, data/<dataset> found as train.py would);
   preset: a named starting point with its own data (`--preset=induction`: an induction head forms in
   about a minute on one CPU thread, gptcore/training/presets.py); other settings override it.
 Defaults are nanoGPT's CPU recipe (TrainConfig.cpu_recipe, CPU_RECIPE_MODEL) with dtype=auto
