@@ -12,12 +12,14 @@ import numpy as np
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
-    QCheckBox, QHBoxLayout, QLabel, QPlainTextEdit, QSplitter, QVBoxLayout, QWidget,
+    QHBoxLayout, QLabel, QSplitter, QVBoxLayout, QWidget,
 )
 
 from explorer.views.attention.head_zoom import HeadZoom
 from explorer.widgets.heatmap_grid import HeatmapGrid
+from explorer.widgets.controls import check_box
 from explorer.widgets.menu_button import menu_button
+from explorer.widgets.prompt_box import PromptBox, prompt_row
 from explorer.widgets.token_chips import TokenChips
 from explorer.widgets.token_stream import visible_token
 
@@ -72,23 +74,17 @@ class AttentionPanel(QWidget):
     # -- construction ------------------------------------------------------------------------
     def _build_prompt_row(self) -> QHBoxLayout:
         """The prompt box, and beside it the token count, the status line and the options."""
-        self.prompt = QPlainTextEdit()
-        self.prompt.setPlaceholderText("Type a prompt: every layer's and head's attention updates as you type.")
-        self.prompt.setTabChangesFocus(True)
-        self.prompt.setFixedHeight(64)
-        self.prompt.textChanged.connect(lambda: self.promptChanged.emit(self.prompt.toPlainText()))
+        self.prompt = PromptBox("Type a prompt: every layer's and head's attention updates as you type.", 64)
+        self.prompt.edited.connect(self.promptChanged)
         self.count_label = QLabel("0 tokens")
         self.count_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         self.status_label = QLabel("")
         self.status_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         self.status_label.setWordWrap(True)  # a long error grows downwards, never squeezes the prompt box
         self.status_label.setMaximumWidth(STATUS_MAX_PX)
-        self.log_box = QCheckBox("log scale")
-        self.log_box.setToolTip("Colour by log₁₀ weight (1e-4 … 1) to see small weights")
-        self.log_box.toggled.connect(self._on_log)
-        self.bos_box = QCheckBox("prepend <|endoftext|>")
-        self.bos_box.setToolTip("Start the sequence with GPT-2's BOS token, as TransformerLens does by default")
-        self.bos_box.toggled.connect(self.bosToggled)
+        self.log_box = check_box("log scale", "Colour by log₁₀ weight (1e-4 … 1) to see small weights", self._on_log)
+        self.bos_box = check_box("prepend <|endoftext|>", "Start the sequence with GPT-2's BOS token, as "
+                                 "TransformerLens does by default", self.bosToggled)
         self.export_button = menu_button("Export", [
             (text, lambda kind=kind: self.exportRequested.emit(kind))
             for text, kind in (("Grid as PNG…", "grid-png"), ("Selected head as PNG…", "head-png"),
@@ -101,10 +97,7 @@ class AttentionPanel(QWidget):
         opts.addWidget(self.bos_box)
         opts.addWidget(self.export_button)
         side.addLayout(opts)
-        top = QHBoxLayout()
-        top.addWidget(self.prompt, 1)
-        top.addLayout(side)
-        return top
+        return prompt_row(self.prompt, side)
 
     def _build_grid_and_zoom(self) -> QSplitter:
         self.grid = HeatmapGrid()
@@ -124,8 +117,7 @@ class AttentionPanel(QWidget):
         return self.prompt.toPlainText()
 
     def set_prompt_text(self, text: str) -> None:
-        if text != self.prompt.toPlainText():
-            self.prompt.setPlainText(text)
+        self.prompt.set_text(text)
 
     def set_attention(self, result) -> None:
         """Draw every head of `result` (AttentionResult-shaped: numpy arrays and strings)."""

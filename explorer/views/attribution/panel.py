@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QComboBox, QFrame, QGridLayout, QHBoxLayout, QLabel, QPlainTextEdit,
+from PySide6.QtWidgets import (QComboBox, QFrame, QGridLayout, QHBoxLayout, QLabel,
                                QProgressBar, QPushButton, QScrollArea, QSplitter, QTabWidget, QVBoxLayout,
                                QWidget)
 
@@ -28,6 +28,7 @@ from explorer.widgets.elided_label import ElidedLabel
 from explorer.views.attribution.layer_bars import LayerBars
 from explorer.views.attribution.token_picker import Pick, TokenPicker, token_label
 from explorer.widgets.menu_button import menu_button
+from explorer.widgets.prompt_box import PromptBox
 from explorer.widgets.value_heatmap import ValueHeatmap
 
 
@@ -73,11 +74,8 @@ class AttributionPanel(QWidget):
 
     # -- construction ------------------------------------------------------------------------
     def _build_prompt(self) -> None:
-        self.prompt = QPlainTextEdit()
-        self.prompt.setPlaceholderText("Type a prompt: which heads and MLPs push the model towards its next token?")
-        self.prompt.setTabChangesFocus(True)
-        self.prompt.setFixedHeight(52)
-        self.prompt.textChanged.connect(lambda: self.promptChanged.emit(self.prompt.toPlainText()))
+        self.prompt = PromptBox("Type a prompt: which heads and MLPs push the model towards its next token?", 52)
+        self.prompt.edited.connect(self.promptChanged)
         self.message = QLabel("")
         self.message.setWordWrap(True)
         self.message.setTextFormat(Qt.TextFormat.RichText)
@@ -160,10 +158,7 @@ class AttributionPanel(QWidget):
         return patching
 
     def _build_patch_run_row(self) -> QHBoxLayout:
-        self.corrupt = QPlainTextEdit()
-        self.corrupt.setPlaceholderText("Corrupted prompt of the same length (e.g. swap the names), then Run")
-        self.corrupt.setFixedHeight(44)
-        self.corrupt.setTabChangesFocus(True)
+        self.corrupt = PromptBox("Corrupted prompt of the same length (e.g. swap the names), then Run", 44)
         self.run_button = QPushButton("Run patching")
         self.run_button.clicked.connect(lambda: self.runRequested.emit(self.corrupt.toPlainText()))
         self.cancel_button = QPushButton("Cancel")

@@ -11,10 +11,12 @@ import numpy as np
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
-    QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QSplitter, QVBoxLayout, QWidget,
+    QHBoxLayout, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget,
 )
 
+from explorer.widgets.controls import show_text
 from explorer.widgets.distribution_chart import DistributionChart
+from explorer.widgets.prompt_box import PromptBox, prompt_row
 from explorer.views.generation.sampling_controls import SamplingControls
 from explorer.widgets.token_stream import ProbabilityLegend, StreamToken, TokenStreamView
 
@@ -45,11 +47,8 @@ class GenerationPanel(QWidget):
 
     # -- construction ------------------------------------------------------------------------
     def _build_prompt_row(self) -> QHBoxLayout:
-        self.prompt = QPlainTextEdit()
-        self.prompt.setPlaceholderText("Prompt (empty: the model starts from <|endoftext|>)")
-        self.prompt.setTabChangesFocus(True)
-        self.prompt.setFixedHeight(self.prompt.fontMetrics().lineSpacing() * 3 + 14)
-        self.prompt.textChanged.connect(lambda: self.promptChanged.emit(self.prompt.toPlainText()))
+        self.prompt = PromptBox("Prompt (empty: the model starts from <|endoftext|>)")  # three lines high
+        self.prompt.edited.connect(self.promptChanged)
         self.generate_button = QPushButton("Generate")
         self.generate_button.setToolTip("Generate a continuation (Ctrl+Enter)")
         self.generate_button.setDefault(True)
@@ -62,10 +61,7 @@ class GenerationPanel(QWidget):
         buttons.addWidget(self.generate_button)
         buttons.addWidget(self.stop_button)
         buttons.addStretch(1)
-        top = QHBoxLayout()
-        top.addWidget(self.prompt, 1)
-        top.addLayout(buttons)
-        return top
+        return prompt_row(self.prompt, buttons)
 
     def _build_text_and_chart(self) -> QSplitter:
         """The generated text (its title, status line, tokens and colour key) beside the distribution."""
@@ -115,8 +111,7 @@ class GenerationPanel(QWidget):
         return self.prompt.toPlainText()
 
     def set_prompt_text(self, text: str) -> None:
-        if text != self.prompt.toPlainText():
-            self.prompt.setPlainText(text)
+        self.prompt.set_text(text)
 
     def generated_text(self) -> str:
         """The text generated so far (the prompt's echo excluded)."""
@@ -133,8 +128,7 @@ class GenerationPanel(QWidget):
 
     def set_prompt_note(self, text: str) -> None:
         """A line under the prompt (cropping, empty prompt); hidden when empty."""
-        self.prompt_note.setText(text)
-        self.prompt_note.setVisible(bool(text))
+        show_text(self.prompt_note, text)
 
     def set_running(self, running: bool) -> None:
         self.generate_button.setEnabled(not running)

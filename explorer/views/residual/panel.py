@@ -13,10 +13,11 @@ from typing import Sequence
 
 import numpy as np
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit,
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QGroupBox, QHBoxLayout, QLabel, QLineEdit,
                                QProgressBar, QPushButton, QScrollArea, QSpinBox, QTabBar, QVBoxLayout, QWidget)
 
 from explorer.views.residual.captions import caption_text
+from explorer.widgets.controls import check_box, form_group
 from explorer.views.residual.plot import Curve, SchemePlot, scheme_colour
 
 SCHEME_NOTES = {
@@ -95,14 +96,9 @@ class ResidualPanel(QWidget):
         self.controls_scroll.setMinimumWidth(min(column.sizeHint().width(), 280) + 24)  # narrow windows: fields shrink, not the plot
 
     def _build_shape_group(self) -> QGroupBox:
-        shape = QGroupBox("Model shape (fresh random weights)")
-        form = QFormLayout(shape)
         self.layers_box = _spin(1, 512, 12, "n_layer: try 48 to see the growth clearly")
         self.width_box = _spin(8, 4096, 768, "n_embd (must be divisible by the number of heads)", step=32)
         self.heads_box = _spin(1, 64, 12, "n_head")
-        form.addRow("Layers", self.layers_box)
-        form.addRow("Width", self.width_box)
-        form.addRow("Heads", self.heads_box)
         row = QHBoxLayout()
         self.model_shape_button = QPushButton("Loaded model's")
         self.model_shape_button.setToolTip("Depth, width and heads of the model that is loaded now")
@@ -112,78 +108,55 @@ class ResidualPanel(QWidget):
         self.deep_button.clicked.connect(lambda: self.set_shape(48, 64, 4))
         row.addWidget(self.model_shape_button)
         row.addWidget(self.deep_button)
-        form.addRow(row)
-        return shape
+        return form_group("Model shape (fresh random weights)", [
+            ("Layers", self.layers_box), ("Width", self.width_box), ("Heads", self.heads_box), (None, row)])
 
     def _build_architecture_group(self) -> QGroupBox:
-        teach = QGroupBox("Architecture")
-        form = QFormLayout(teach)
         self.ln_box = _combo((("pre-LN (GPT-2)", "pre"), ("post-LN (2017)", "post")),
                              "pre-LN: x + f(LN(x)), GPT-2's. post-LN: LN(x + f(x)), the original Transformer's")
         self.norm_box = _combo((("LayerNorm (GPT-2)", "layernorm"), ("RMSNorm (Llama)", "rmsnorm")),
                                "LayerNorm subtracts the mean and divides by the spread; RMSNorm only divides by "
                                "the root mean square (no mean, no bias)")
-        self.residual_box = QCheckBox("residual connections")
-        self.residual_box.setChecked(True)
-        self.residual_box.setToolTip("Off: each block's output replaces the stream instead of adding to it")
-        self.compare_box = QCheckBox("also the other setting, dashed")
-        self.compare_box.setToolTip("Measure with AND without residual connections; the other setting is drawn "
-                                    "dashed in each scheme's colour (twice the work)")
-        form.addRow("Placement", self.ln_box)
-        form.addRow("Norm", self.norm_box)
-        form.addRow(self.residual_box)
-        form.addRow(self.compare_box)
-        return teach
+        self.residual_box = check_box("residual connections", "Off: each block's output replaces the stream "
+                                      "instead of adding to it", checked=True)
+        self.compare_box = check_box("also the other setting, dashed", "Measure with AND without residual "
+                                     "connections; the other setting is drawn dashed in each scheme's colour "
+                                     "(twice the work)")
+        return form_group("Architecture", [("Placement", self.ln_box), ("Norm", self.norm_box),
+                                           (None, self.residual_box), (None, self.compare_box)])
 
     def _build_prompts_group(self) -> QGroupBox:
-        prompts = QGroupBox("Prompts and seeds")
-        form = QFormLayout(prompts)
         self.batch_box = _spin(1, 64, 4, "prompts per step")
         self.length_box = _spin(1, 4096, 64, "tokens per prompt")
         self.seeds_box = _spin(1, 20, 3, "seeds 0..K-1: the band shows the spread over them")
         self.text_box = QLineEdit()
         self.text_box.setPlaceholderText("random tokens (or type a prompt)")
         self.text_box.setToolTip("Empty: uniformly random token ids. Text: its tokens, as one prompt")
-        form.addRow("Batch", self.batch_box)
-        form.addRow("Length", self.length_box)
-        form.addRow("Seeds", self.seeds_box)
-        form.addRow("Text", self.text_box)
-        return prompts
+        return form_group("Prompts and seeds", [("Batch", self.batch_box), ("Length", self.length_box),
+                                                ("Seeds", self.seeds_box), ("Text", self.text_box)])
 
     def _build_measure_group(self) -> QGroupBox:
-        measure = QGroupBox("Measure (applies on Run)")
-        form = QFormLayout(measure)
         self.metric_box = _combo((("L2 norm ‖x‖₂", "l2"), ("RMS ‖x‖₂/√width", "rms")))
         self.quantity_box = _combo((("‖∂L/∂θ‖ of each block's weights", "params"),
                                     ("‖∂L/∂x‖ at each block's input", "stream")))
-        form.addRow("Norm", self.metric_box)
-        form.addRow("Gradient", self.quantity_box)
-        return measure
+        return form_group("Measure (applies on Run)", [("Norm", self.metric_box), ("Gradient", self.quantity_box)])
 
     def _build_schemes_group(self) -> QGroupBox:
         shown = QGroupBox("Init schemes")
         column = QVBoxLayout(shown)
         self.scheme_boxes: dict[str, QCheckBox] = {}
         for i, name in enumerate(self.schemes):
-            box = QCheckBox(name)
-            box.setChecked(True)
-            box.setToolTip(SCHEME_NOTES.get(name, ""))
+            box = check_box(name, SCHEME_NOTES.get(name, ""), self._redraw, checked=True)
             box.setStyleSheet(f"QCheckBox {{ color: {scheme_colour(name, i)}; font-weight: bold; }}")
-            box.toggled.connect(self._redraw)
             column.addWidget(box)
             self.scheme_boxes[name] = box
         return shown
 
     def _build_look_group(self) -> QGroupBox:
-        look = QGroupBox("Plot (applies at once)")
-        form = QFormLayout(look)
         self.spread_box = _combo((("min–max over seeds", "minmax"), ("± 1 std over seeds", "std")))
         self.spread_box.currentIndexChanged.connect(self._redraw)
-        self.log_box = QCheckBox("log y")
-        self.log_box.toggled.connect(self._redraw)
-        form.addRow("Band", self.spread_box)
-        form.addRow(self.log_box)
-        return look
+        self.log_box = check_box("log y", on_toggled=self._redraw)
+        return form_group("Plot (applies at once)", [("Band", self.spread_box), (None, self.log_box)])
 
     def _connect_measurement_edits(self) -> None:
         """Every control a result depends on says so (the plot shown may now be out of date)."""
