@@ -47,6 +47,7 @@ class RoutesController(PanelController[RoutesView]):
         info = ctx.session.info if ctx.session is not None else None
         self._step = step_of(getattr(info, "provenance", ""))  # the training step shown (over-training marker)
         self._training_asked = False
+        self._ranking = False  # a head ranking is in flight
         self.live = LiveRequest(self._start, debounce_ms, parent=self)
         self.timer = self.live.timer
         panel.promptChanged.connect(lambda _text: self.live.poke())
@@ -98,6 +99,10 @@ class RoutesController(PanelController[RoutesView]):
             self.view.set_status("waiting for a model…")
             return False
         text = self.view.prompt_text()
+        if self._ranking:  # it ranks the graph this run replaces, and would hold the compute thread for it
+            self.ctx.runner.cancel("routes-rank")
+            self._ranking = False
+            self.view.set_ranking_text("ranking stopped: the routes are being recomputed; press Rank again")
 
         def work(token, _progress):
             token.raise_if_cancelled()
@@ -188,8 +193,12 @@ class RoutesController(PanelController[RoutesView]):
                                   f"into position {r.position} (→ {r.token_text!r}): Spearman ρ = {rho} "
                                   f"({len(r.labels)} heads, {r.elapsed_s:.1f} s)")
 
-        self.submit("routes-rank", work, on_result=show, on_error=lambda exc: self.view.set_ranking_text(
-            self.report_error(exc, "Ranking failed").inline))
+        def finished() -> None:
+            self._ranking = False
+
+        self._ranking = True
+        self.submit("routes-rank", work, on_result=show, on_finished=finished,
+                    on_error=lambda exc: self.view.set_ranking_text(self.report_error(exc, "Ranking failed").inline))
 
     def _ask_training(self) -> None:
         """The routes over the run the model comes from (read once per state from its trace)."""
