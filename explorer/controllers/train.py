@@ -96,10 +96,9 @@ class TrainController(PanelController[TrainView]):
         except (OSError, RuntimeError) as exc:
             self.view.set_message(self.report_error(exc, "Could not start the training").inline)
             return
-        self._follow(self.ctx.session.training.follow(out_dir))
         self._exit, self._stopping = None, False
         self.view.set_running(True)
-        self.draw()
+        self._follow(self.ctx.session.training.follow(out_dir))
         self.view.set_status(f"starting: {' '.join(self.process.command[1:])}")
 
     def start_with(self, overrides: dict) -> None:

@@ -114,8 +114,9 @@ class TrainingDomain:
             if same_run:  # the model's facts move with its weights, before every view is told
                 core.info = dataclasses.replace(core.info, name=name, trained=bool(step), note="",
                                                 status="trained" if step else "untrained", provenance=provenance)
-                version = core.show_training_step(model.state_dict(), step, name=name)
-                return StepShown(str(root), scheme, step, name, version, swapped=False)
+        if same_run:  # the core copies the weights under its lock and tells every view after it
+            version = core.show_training_step(model.state_dict(), step, name=name)
+            return StepShown(str(root), scheme, step, name, version, swapped=False)
         tokenizer, tokenizer_name = run_tokenizer(root, follower.meta or follower.folder.read_meta())
         core.adopt(model, name=name, source=source, tokenizer=tokenizer, tokenizer_name=tokenizer_name,
                    trained=bool(step), provenance=provenance)
