@@ -64,6 +64,8 @@ def test_a_run_started_in_the_panel_is_followed_scrubbed_into_every_panel_and_st
     assert len(val_curve.getData()[0]) >= 2
     qtbot.waitUntil(lambda: 0 in f.kept_steps("gpt2") and 10 in f.kept_steps("gpt2"), timeout=WAIT_MS)
     assert c.view.step_slider.isEnabled()
+    c.draw()  # the count follows the live run's folder (it stayed at "1 kept steps" before)
+    assert c.view.step_label.text() == f"{len(f.kept_steps('gpt2'))} kept steps"
 
     # Scrub to the first kept step: the session's model becomes that step's weights, with the run's
     # character tokenizer, and the window (every panel's status) says which step it is.
