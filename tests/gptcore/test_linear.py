@@ -199,3 +199,26 @@ def test_probing_leaves_the_global_random_stream_alone():
     torch.manual_seed(11)
     assert linear.onednn_linear() is not None
     torch.testing.assert_close(torch.rand(3), expected, rtol=0, atol=0)
+
+
+@needs_onednn
+def test_one_row_against_a_transposed_weight_takes_f_linear(monkeypatch):
+    """Decoding against HF's Conv1D weights loaded in place (transposed views): oneDNN is slow
+    there, so the plain path runs; a contiguous weight or several rows keep the fast path."""
+    recorder = Recorder()
+    _replace_op(monkeypatch, recorder)
+    assert linear.onednn_linear() is not None  # probed (two calls), then counted from zero
+    recorder.calls = 0
+    layer = linear.Linear(24, 40)
+    with torch.no_grad():
+        layer.weight = torch.nn.Parameter(layer.weight.t().contiguous().t(), requires_grad=False)  # (40, 24) view
+    x = torch.randn(1, 1, 24)
+    with torch.inference_mode():
+        got = layer(x)
+        assert recorder.calls == 0
+        assert torch.allclose(got, F.linear(x, layer.weight, layer.bias), atol=1e-6)
+        layer(torch.randn(1, 5, 24))  # a prompt's rows
+        assert recorder.calls == 1
+        layer.weight = torch.nn.Parameter(layer.weight.contiguous(), requires_grad=False)
+        layer(x)
+        assert recorder.calls == 2
