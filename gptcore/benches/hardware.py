@@ -61,7 +61,7 @@ def _best(fn, device: torch.device, runs: int) -> float:
 def measure_bandwidth(device, weights: int = GPT2_SMALL_WEIGHTS, copy_bytes: int = COPY_BYTES,
                       runs: int = 5) -> dict:
     """GB/s of a `copy_bytes` copy (bytes read + written) and of an fp32 gemv over `weights`
-    numbers (bytes of the matrix read), the best of `runs` each: the best is what the memory can
+    numbers (bytes of the matrix read; MKL's or oneDNN's, whichever is faster), the best of `runs` each: the best is what the memory can
     do; load from other processes only slows a run down."""
     device = torch.device(device)
     src = torch.empty(copy_bytes // 4, dtype=torch.float32, device=device).fill_(1.0)
@@ -73,6 +73,12 @@ def measure_bandwidth(device, weights: int = GPT2_SMALL_WEIGHTS, copy_bytes: int
     x = torch.ones(1, width, dtype=torch.float32, device=device)  # (1, C)
     with torch.inference_mode():
         gemv_s = _best(lambda: torch.nn.functional.linear(x, matrix), device, runs)  # (1, rows)
+        if device.type == "cpu" and torch.backends.mkldnn.is_available():  # the faster of MKL's and oneDNN's
+            try:
+                op = torch.ops.mkldnn._linear_pointwise
+                gemv_s = min(gemv_s, _best(lambda: op(x, matrix, None, "none", [], ""), device, runs))
+            except (AttributeError, RuntimeError):
+                pass
     gemv_bytes = matrix.numel() * 4
     del matrix
     return dict(bandwidth_copy_gb_s=2 * copy_bytes / copy_s / 1e9, bandwidth_gemv_gb_s=gemv_bytes / gemv_s / 1e9,
