@@ -269,10 +269,11 @@ def test_rmsnorm_curves_are_measured_on_rmsnorm_models(qtbot, panel_context, mon
     assert not np.allclose(layer_norm, rms)
 
 
-@pytest.mark.parametrize("size", [(520, 380), (1000, 800)])
+@pytest.mark.parametrize("size", [(860, 520), (1340, 820)])  # the panel in a 900×600 and a 1400×900 window
 def test_the_legend_never_covers_a_curve(qtbot, size):
     """Issue 27: at 900×600 the three legend rows covered the top curves (the room kept for them was
-    a share of the data's span, whatever the plot's height); every point now lies below the legend."""
+    a share of the data's span, whatever the plot's height); every point now lies below the legend,
+    and a model file's long name takes a column away instead of pushing the last one out of view."""
     from PySide6.QtCore import QPointF
 
     panel = ResidualPanel(INIT_SCHEMES)
@@ -282,14 +283,16 @@ def test_the_legend_never_covers_a_curve(qtbot, size):
     panel.set_log_y(True)
     x = np.arange(9) / 2
     panel.set_curves("norms", x, INIT_SCHEMES, synthetic(INIT_SCHEMES))
-    panel.set_reference(x, np.linspace(1, 3, 9), "gpt2 (trained)")  # a third legend row
+    name = residual_controller.reference_label("model.pth", "loaded")  # a third legend row, and long
+    panel.set_reference(x, np.linspace(1, 3, 9), name)
     qtbot.wait(100)
     plot = panel.plot
     legend = plot.legend.sceneBoundingRect()
     assert len(plot.legend.items) == len(INIT_SCHEMES) + 1 and legend.height() > 40
     vb = plot.getViewBox()
+    assert vb.sceneBoundingRect().left() <= legend.left() and legend.right() <= vb.sceneBoundingRect().right()
     for item in plot.items_drawn:
         if isinstance(item, pg.PlotDataItem) and item.name():
             xs, ys = item.getData()
-            top = max(vb.mapViewToScene(QPointF(float(a), float(b))).y() for a, b in zip(xs, ys) if np.isfinite(b))
-            assert top > legend.bottom(), item.name()  # scene y grows downwards: below the legend
+            top = min(vb.mapViewToScene(QPointF(float(a), float(b))).y() for a, b in zip(xs, ys) if np.isfinite(b))
+            assert top > legend.bottom(), item.name()  # its highest point (scene y grows downwards) is below the legend

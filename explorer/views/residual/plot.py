@@ -44,11 +44,11 @@ class SchemePlot(pg.PlotWidget):
         backdrop.setAlpha(210)  # curves stay visible behind it, labels stay readable
         self.legend.setBrush(pg.mkBrush(backdrop))
         self.legend.setPen(pg.mkPen(QColor(128, 128, 128, 120)))
-        self.legend.setColumnCount(3)  # short and wide: it sits in the headroom above the curves
+        self.legend.setColumnCount(3)  # short and wide: it sits in the headroom (_fit_legend_columns)
         self.items_drawn: list = []
         self.log_y = False
         self._y_fit: tuple[float, float] | None = None  # the data's y extent, in plot coordinates
-        self.getViewBox().sigResized.connect(self._fit_y_range)  # the legend's share grows as the plot shrinks
+        self.getViewBox().sigResized.connect(self._fit_legend)  # the legend's share grows as the plot shrinks
 
     def curve_names(self) -> list[str]:
         """Names of the solid curves drawn now (the legend's entries, in order)."""
@@ -92,6 +92,7 @@ class SchemePlot(pg.PlotWidget):
             rx, ry, rname = reference
             self._add(pg.PlotDataItem(rx, self._y(ry), pen=pg.mkPen(fg, width=2, style=Qt.PenStyle.DashDotLine),
                                       name=rname))  # the controller's label says what it knows of the model
+        self._fit_legend_columns()
         self._leave_headroom(curves, reference)
 
     def _leave_headroom(self, curves: list[Curve], reference) -> None:
@@ -111,6 +112,23 @@ class SchemePlot(pg.PlotWidget):
     def legend_rows_px(self) -> float:
         """The legend's height and its offset from the top, in pixels: the band kept free of curves."""
         return self.legend.height() + LEGEND_OFFSET[1] + 6 if self.legend.items else 0.0
+
+    def _fit_legend(self) -> None:
+        self._fit_legend_columns()
+        self._fit_y_range()
+
+    def _fit_legend_columns(self) -> None:
+        """Three columns while they fit across the plot (short and wide: the legend sits in the headroom
+        above the curves); fewer when a long name (a model file's) would push the last column out of view."""
+        room = self.getViewBox().width() - 2 * LEGEND_OFFSET[0]
+        for columns in (3, 2, 1):
+            self.legend.setColumnCount(columns)
+            # Its natural size, from its entries' texts: pyqtgraph sizes the legend from the widths its
+            # layout last stretched the entries to, which only grows as the columns change.
+            natural = self.legend.layout.effectiveSizeHint(Qt.SizeHint.PreferredSize)
+            self.legend.resize(natural)
+            if room <= 0 or natural.width() <= room:
+                return
 
     def _fit_y_range(self) -> None:
         """The y range that puts every curve below the legend: its rows take a fixed number of pixels,
