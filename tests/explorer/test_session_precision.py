@@ -67,3 +67,16 @@ def test_bf16_is_refused_where_it_would_be_emulated(session, monkeypatch):
     assert session.generation.precision.name == "fp32" and seen == []
     with pytest.raises(ValueError, match="choose fp32 or bf16"):
         session.generation.precision.set("fp16")
+
+
+@pytest.mark.skipif(not native_bf16("cpu"), reason="bf16 is offered only with native bf16")
+def test_the_bf16_copy_of_a_modern_model_computes_what_it_does():
+    session = Session.tiny(pos_embedding="rope", norm="rmsnorm", mlp="swiglu", n_kv_head=2, bias=False)
+    session.generation.precision.set("bf16")
+    copy = session.generation.precision.model_for(session.model)
+    ids = torch.as_tensor(session.generation.context("The cat sat on the mat").ids)[None]  # (1, T)
+    with torch.inference_mode():
+        want = session.model(ids, logits="last")[0, -1]  # (V,)
+        got = copy(ids, logits="last")[0, -1].float()
+    assert copy.dtype == torch.bfloat16 and torch.isfinite(got).all()
+    assert float((got - want).abs().max()) < 0.05 * float(want.abs().max()) + 0.05
