@@ -28,6 +28,7 @@ from torch import nn
 
 from gptcore.model.config import ConfigError
 from gptcore.model.probed import ProbedPath
+from gptcore.model.row_choice import make_choice
 
 log = logging.getLogger(__name__)
 
@@ -109,9 +110,13 @@ _path: ProbedPath[LinearOp] = ProbedPath(lambda: _decide(), "oneDNN linear",
 _give_up = _path.give_up  # a call failed where F.linear did not: the plain path from now on, logged once
 
 
+_one_row = make_choice(lambda: _path.get())  # oneDNN or F.linear for one row: measured (row_choice.py)
+
+
 def forget_probe() -> None:
     """Decide again at the next use (after a change to GPTCORE_ONEDNN, e.g. in a test)."""
     _path.forget()
+    _one_row.forget()
 
 
 class Linear(nn.Linear):
@@ -136,7 +141,7 @@ class Linear(nn.Linear):
             # step, CPU time, 1 thread: oneDNN 63-68 ms, F.linear 46-51 (contiguous + oneDNN 43).
             return F.linear(x, w, b)
         op = onednn_linear()
-        if op is None:
+        if op is None or (x.numel() == x.shape[-1] and not _one_row.get()):  # one row: the faster, measured
             return F.linear(x, w, b)
         try:
             return _call(op, x, w, b)  # (..., out_features)

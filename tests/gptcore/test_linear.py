@@ -207,6 +207,7 @@ def test_one_row_against_a_transposed_weight_takes_f_linear(monkeypatch):
     there, so the plain path runs; a contiguous weight or several rows keep the fast path."""
     recorder = Recorder()
     _replace_op(monkeypatch, recorder)
+    monkeypatch.setattr("gptcore.model.row_choice.measure", lambda op: (1.0, 2.0))  # oneDNN the faster here
     assert linear.onednn_linear() is not None  # probed (two calls), then counted from zero
     recorder.calls = 0
     layer = linear.Linear(24, 40)
@@ -222,3 +223,35 @@ def test_one_row_against_a_transposed_weight_takes_f_linear(monkeypatch):
         layer.weight = torch.nn.Parameter(layer.weight.contiguous(), requires_grad=False)
         layer(x)
         assert recorder.calls == 2
+
+
+@needs_onednn
+@pytest.mark.parametrize("times, one_row_calls", [((2.0, 1.0), 0), ((1.0, 2.0), 1)])
+def test_one_row_takes_the_library_measured_faster(monkeypatch, times, one_row_calls):
+    """One row: oneDNN only where it measured faster than F.linear on this machine (row_choice.py);
+    a prompt's rows keep oneDNN either way. Same product on both paths."""
+    recorder = Recorder()
+    _replace_op(monkeypatch, recorder)
+    monkeypatch.setattr("gptcore.model.row_choice.measure", lambda op: times)
+    layer = linear.Linear(24, 40)
+    x = torch.randn(1, 1, 24)
+    with torch.inference_mode():
+        assert linear.onednn_linear() is not None
+        recorder.calls = 0
+        got = layer(x)
+        assert recorder.calls == one_row_calls
+        assert torch.allclose(got, F.linear(x, layer.weight, layer.bias), atol=1e-5)
+        layer(torch.randn(1, 3, 24))
+        assert recorder.calls == one_row_calls + 1
+
+
+@needs_onednn
+def test_measuring_the_one_row_choice_leaves_the_global_random_stream_alone():
+    from gptcore.model import row_choice
+
+    torch.manual_seed(11)
+    expected = torch.rand(3)
+    torch.manual_seed(11)
+    onednn_s, plain_s = row_choice.measure(linear.onednn_linear(), rows=64, width=32, copies=2, rounds=2)
+    assert onednn_s > 0 and plain_s > 0
+    assert torch.equal(torch.rand(3), expected)
