@@ -75,15 +75,16 @@ def table_notes(r: dict) -> list[str]:
     return lines
 
 
-def bench_bf16(hf, ours, ids: torch.Tensor, prompt: torch.Tensor, plan, device, bench_decode) -> dict:
+def bench_bf16(hf, ours, ids: torch.Tensor, prompt: torch.Tensor, plan, device, bench_decode,
+               fp32_tokens: list[int]) -> dict:
     """Every bf16_* figure: agreement and differences on CPU-side copies, then our bf16 greedy
-    decode timed against HF's fp32 (`bench_decode` is hf_compare's, interleaved)."""
+    decode timed against HF's fp32 (`bench_decode` is hf_compare's, interleaved) and its tokens
+    compared with our fp32 decode's (`fp32_tokens`)."""
     r = agreement(ours, hf, fixed_prompts(ours.config.vocab_size, tokens=min(32, ids.shape[1])).to(device))
     r.update(differences(ours, ids[:1]))
     ours16 = copy.deepcopy(ours).to(torch.bfloat16)
-    fp32 = bench_decode(hf, ours, prompt, plan, device, runs=1)  # our fp32 tokens, for the comparison
     timed = bench_decode(hf, ours16, prompt, plan, device)
     r.update(bf16_decode_tok_s_ours=timed["decode_tok_s_ours"], bf16_decode_tok_s_ref=timed["decode_tok_s_ref"],
-             bf16_decode_ratio=timed["decode_ratio"], bf16_decode_same_as_fp32=timed["tokens_ours"] == fp32["tokens_ours"])
+             bf16_decode_ratio=timed["decode_ratio"], bf16_decode_same_as_fp32=timed["tokens_ours"] == fp32_tokens)
     r["_bf16_model"] = ours16  # for the floor figure; run_bench pops it
     return r

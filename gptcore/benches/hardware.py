@@ -61,8 +61,8 @@ def _best(fn, device: torch.device, runs: int) -> float:
 def measure_bandwidth(device, weights: int = GPT2_SMALL_WEIGHTS, copy_bytes: int = COPY_BYTES,
                       runs: int = 5) -> dict:
     """GB/s of a `copy_bytes` copy (bytes read + written) and of an fp32 gemv over `weights`
-    numbers (bytes of the matrix read; MKL's or oneDNN's, whichever is faster), the best of `runs` each: the best is what the memory can
-    do; load from other processes only slows a run down."""
+    numbers (bytes of the matrix read; MKL's or oneDNN's, whichever is faster), the best of `runs`
+    each: the best is what the memory can do; load from other processes only slows a run down."""
     device = torch.device(device)
     src = torch.empty(copy_bytes // 4, dtype=torch.float32, device=device).fill_(1.0)
     dst = torch.empty_like(src)
@@ -106,12 +106,12 @@ def table_notes(r: dict) -> list[str]:
     if "bandwidth_gemv_gb_s" not in r:
         return []
     lines = [f"memory bandwidth: copy {r['bandwidth_copy_gb_s']:.1f} GB/s, fp32 gemv over "
-             f"{r['bandwidth_gemv_mb']:.0f} MB {r['bandwidth_gemv_gb_s']:.1f} GB/s (best of 5; the gemv sets the floor)"]
+             f"{r['bandwidth_gemv_mb']:.0f} MB {r['bandwidth_gemv_gb_s']:.1f} GB/s (best runs; the gemv sets the floor)"]
     for prefix, label in (("decode", "fp32 decode"), ("bf16_decode", "bf16 decode")):
         if f"{prefix}_of_floor" in r:
             lines.append(f"{label}: {r[f'{prefix}_gb_s']:.1f} GB/s achieved "
-                         f"({r[f'{prefix}_bytes_per_token'] / 1e6:.0f} MB/token), floor {r[f'{prefix}_floor_tok_s']:.1f} tok/s, "
-                         f"{r[f'{prefix}_of_floor']:.2f} of it (target >= 0.7)")
+                         f"({r[f'{prefix}_bytes_per_token'] / 1e6:.0f} MB/token), "
+                         f"floor {r[f'{prefix}_floor_tok_s']:.1f} tok/s, {r[f'{prefix}_of_floor']:.2f} of it (target >= 0.7)")
     return lines
 
 

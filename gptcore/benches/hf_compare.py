@@ -194,10 +194,10 @@ def run_bench(quick: bool = False, device: torch.device | None = None, progress=
     result.update(hardware.measure_bandwidth(device, **({} if not quick else hardware.QUICK_SIZES)))
     result.update(hardware.decode_vs_floor("decode", ours, result["decode_tok_s_ours"], result["bandwidth_gemv_gb_s"]))
     say("bf16: agreement with fp32, and decode against transformers' fp32")
-    result.update(bench_bf16.bench_bf16(hf, ours, ids, ids[:, :plan.prompt_tokens], plan, device, bench_decode))
+    result.update(bench_bf16.bench_bf16(hf, ours, ids, ids[:, :plan.prompt_tokens], plan, device, bench_decode,
+                                        fp32_tokens=result.pop("tokens_ours")))
     result.update(hardware.decode_vs_floor("bf16_decode", result.pop("_bf16_model"), result["bf16_decode_tok_s_ours"],
                                            result["bandwidth_gemv_gb_s"]))
-    result.pop("tokens_ours", None)
     del ours
     say("load")
     result.update(bench_load(hf, plan, device))
