@@ -2,7 +2,7 @@
 
 Why: decoding feeds one row through every linear layer, so each step reads every weight once;
 bf16 halves those bytes, but F.linear and oneDNN's linear on a plain (out, in) bf16 weight run a
-one-row product no faster than fp32 (measured, AMD EPYC 9B14 with avx512_bf16, GPT-2 small, one
+one-row product no faster than fp32 (measured, AMD EPYC with avx512_bf16, no AMX, GPT-2 small, one
 thread, cores shared: 141-224 ms per token bf16 plain vs 148-182 fp32). With the weight reordered
 once into oneDNN's blocked layout (`torch.ops.mkldnn._reorder_linear_weight`, what torch's own
 compiler does when it freezes a bf16 model) the same step took 93-136 ms.

@@ -1,7 +1,7 @@
 """Which library multiplies ONE fp32 row by a weight faster on this machine: measured, not guessed.
 
 Why: decoding feeds one row through every layer, and that product runs at the memory's speed only
-with the right kernel for the CPU. On AMD EPYC 9B14 oneDNN's linear beat F.linear (MKL) for one row
+with the right kernel for the CPU. On an AMD EPYC (avx512_bf16, no AMX) oneDNN's linear beat F.linear (MKL) for one row
 against GPT-2 small's contiguous weights (decode step, CPU time, one thread: 43 vs 50 ms); on an
 Intel Xeon MKL's gemv may be the faster (the issue's figures had us behind transformers there, whose
 Conv1D runs MKL). Rather than choose by vendor name, the first one-row call times both on matrices
