@@ -11,7 +11,34 @@ The full run (`pytest`, no -m) still runs every test; CI runs the full run.
 """
 from __future__ import annotations
 
+import faulthandler
+import os
+import sys
+
 import pytest
+
+# A hung test ends the run within this many seconds, with every thread's stack printed, instead of
+# holding CI until its 90-minute limit (a deadlock between Qt's signal lock and the GIL did that
+# once). faulthandler's watchdog is a C thread: it fires even while a deadlock holds the GIL, where
+# a Python timer could not. The slowest test (a training in another process) takes about a minute.
+HANG_LIMIT_S = float(os.environ.get("GPT_EXPLORER_TEST_HANG_LIMIT_S", "900"))
+
+
+def _real_stderr(config) -> int:
+    """The terminal's stderr: pytest captures fd 2 into a file around each test, which a hard exit
+    would never print. Its capture manager keeps the original descriptor (not public API: fall back)."""
+    capturing = getattr(config.pluginmanager.getplugin("capturemanager"), "_global_capturing", None)
+    saved = getattr(getattr(capturing, "err", None), "targetfd_save", None)
+    return saved if isinstance(saved, int) else sys.__stderr__.fileno()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    faulthandler.dump_traceback_later(HANG_LIMIT_S, exit=True, file=_real_stderr(item.config))
+    try:
+        return (yield)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 SLOW_FIXTURES = {"run_screenshot"}  # the app as a subprocess (`python -m explorer --screenshot …`)
 

@@ -30,7 +30,7 @@ import threading
 import types
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import shiboken6
 
@@ -66,19 +66,16 @@ class CancelToken:
 
 
 @dataclass
-class Task:
+class Job:
+    """What the compute thread holds of a task: never its callbacks. Those are bound methods of
+    controllers and closures over views, and they stay with the runner on the GUI thread: a Qt
+    object whose last reference dies on this thread is deleted here, and its destructor takes Qt's
+    signal lock then waits for the GIL the GUI thread holds while it connects a signal (a deadlock
+    seen in the test suite)."""
     task_id: int
     key: str
-    generation: int
-    token: CancelToken
-    on_result: Callable[[Any], None] | None
-    on_error: Callable[[BaseException], None] | None
-    on_progress: Callable[[int, int, str], None] | None
-    on_finished: Callable[[], None] | None
-    fn: Callable | None = None
-    current: Callable[[], bool] | None = None  # False: the state it was computed for is gone
-    on_dropped: Callable[[], None] | None = None
-    started: bool = False
+    token: "CancelToken"
+    fn: Callable | None
 
 
 class ComputeThread:
@@ -92,25 +89,33 @@ class ComputeThread:
     def __init__(self, runner):  # a TaskRunner (held weakly)
         self._runner = weakref.ref(runner)
         self._cond = threading.Condition()
-        self._queue: collections.deque[Task] = collections.deque()
-        self._running: list[Task] = []  # the task stack: outermost first, nested ones after
+        self._queue: collections.deque[Job] = collections.deque()
+        self._running: list[Job] = []  # the job stack: outermost first, nested ones after
+        self._spent: list = []  # what ran (functions, results, errors): released on the GUI thread
         self._stopped = False
         self._thread = threading.Thread(target=self._loop, name="explorer-compute", daemon=True)
         self._thread.start()
 
     # -- GUI side -------------------------------------------------------------------------
-    def put(self, task: Task) -> None:
+    def put(self, job: Job) -> None:
         with self._cond:
-            self._queue.append(task)
+            self._queue.append(job)
             self._cond.notify()
 
-    def drop_queued(self) -> list[Task]:
+    def release_spent(self) -> None:
+        """Drop what finished jobs left behind, here on the GUI thread (see `Job`): the runner
+        calls it when a job's `_finished` arrives, which the thread emits after handing it over."""
+        with self._cond:
+            spent, self._spent = self._spent, []
+        del spent  # the last references, if any, die on this (the caller's) thread
+
+    def drop_queued(self) -> list[Job]:
         with self._cond:
             dropped = list(self._queue)
             self._queue.clear()
             return dropped
 
-    def drop_queued_of(self, key: str) -> list[Task]:
+    def drop_queued_of(self, key: str) -> list[Job]:
         """Take the key's not-yet-started tasks off the queue (superseded: they would only return)."""
         with self._cond:
             dropped = [t for t in self._queue if t.key == key]
@@ -144,14 +149,15 @@ class ComputeThread:
                         self._stopped = True
                 if self._stopped:
                     return
-                task = self._queue.popleft()
-            self._run(task)
+                job = self._queue.popleft()
+            self._run(job)
+            job = None
 
     def _runner_gone(self) -> bool:
         runner = self._runner()
         return runner is None or not shiboken6.isValid(runner)
 
-    def _take_interactive(self) -> Task | None:
+    def _take_interactive(self) -> Job | None:
         """The oldest queued task whose key is not running already (never nest a key in itself)."""
         with self._cond:
             busy = {t.key for t in self._running}
@@ -167,8 +173,8 @@ class ComputeThread:
         downloads), and work run there would leave the one thread and could overlap."""
         if threading.get_ident() != self._thread.ident:
             return
-        while (task := self._take_interactive()) is not None:
-            self._run(task)
+        while (job := self._take_interactive()) is not None:
+            self._run(job)
 
     def _emit(self, signal_name: str, *args) -> None:
         # The runner may be gone if the app quit without waiting (a task that ignored its
@@ -180,36 +186,39 @@ class ComputeThread:
             except RuntimeError:
                 pass
 
-    def _run(self, task: Task) -> None:
-        tid = task.task_id
-        task.started = True
+    def _run(self, job: Job) -> None:
+        tid = job.task_id
         with self._cond:
-            self._running.append(task)
+            self._running.append(job)
 
         def progress(done: int, total: int, message: str = "") -> None:
             self._emit("_progressed", tid, int(done), int(total), str(message))
             self.serve_between_steps()
 
-        fn, task.fn = task.fn, None  # let go of the closure once run (it may hold big results)
-        value = None
+        fn, job.fn = job.fn, None  # let go of the closure once run (it may hold big results)
+        outcome: tuple[str, object] | None = None
         try:
-            task.token.raise_if_cancelled()
-            value = fn(task.token, progress)
+            job.token.raise_if_cancelled()
+            value = fn(job.token, progress)
             if isinstance(value, types.GeneratorType):
-                value = self._step_through(value, task.token)
+                value = self._step_through(value, job.token)
+            outcome = ("_resulted", value)
         except Cancelled:
             pass
         except BaseException as exc:  # noqa: BLE001 - every failure must reach the GUI, never kill the thread
-            if task.token.cancelled and gptcore_errors.is_cancellation(exc):
-                pass  # gptcore's own cancellation (a load, a probe) after our token was set
-            else:
-                self._emit("_errored", tid, exc)
-        else:
-            self._emit("_resulted", tid, value)
-        value = None
-        self._emit("_finished", tid)  # before the task leaves `_running`: once wait_idle() sees the
+            if not (job.token.cancelled and gptcore_errors.is_cancellation(exc)):
+                outcome = ("_errored", exc)  # not gptcore's own cancellation after our token was set
+        with self._cond:  # hand over before telling anyone: the GUI thread drops them (see `Job`)
+            self._spent.append((fn, outcome))
+        fn = value = None
+        if outcome is not None:
+            signal_name, payload = outcome
+            outcome = None
+            self._emit(signal_name, tid, payload)
+            payload = None
+        self._emit("_finished", tid)  # before the job leaves `_running`: once wait_idle() sees the
         with self._cond:              # thread idle, it touches the runner no more (quit may delete it)
-            self._running.remove(task)
+            self._running.remove(job)
             self._cond.notify_all()
 
     def _step_through(self, steps: types.GeneratorType, token: CancelToken):

@@ -24,18 +24,35 @@ from __future__ import annotations
 import itertools
 import logging
 import weakref
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import shiboken6
 from PySide6.QtCore import QObject, Signal, Slot
 
-from explorer.runtime.compute_thread import Cancelled, CancelToken, ComputeThread, ProgressFn, Task
+from explorer.runtime.compute_thread import Cancelled, CancelToken, ComputeThread, Job, ProgressFn
 
 __all__ = ["MODEL_TASK", "Cancelled", "CancelToken", "ProgressFn", "TaskRunner", "live_runners"]
 
 log = logging.getLogger("explorer.runtime.workers")
 
 MODEL_TASK = "model"  # the key of every model swap (load or build): a new one supersedes the last
+
+
+@dataclass
+class Task:
+    """A submitted task as the GUI thread keeps it: its callbacks never leave this thread (the
+    compute thread gets a `Job`: id, key, token and the function)."""
+    task_id: int
+    key: str
+    generation: int
+    token: CancelToken
+    on_result: Callable[[Any], None] | None
+    on_error: Callable[[BaseException], None] | None
+    on_progress: Callable[[int, int, str], None] | None
+    on_finished: Callable[[], None] | None
+    current: Callable[[], bool] | None = None  # False: the state it was computed for is gone
+    on_dropped: Callable[[], None] | None = None
 
 
 _live_runners: "weakref.WeakSet[TaskRunner]" = weakref.WeakSet()
@@ -90,7 +107,7 @@ class TaskRunner(QObject):
         generation = self._generation.get(key, 0) + 1
         self._generation[key] = generation
         task = Task(next(self._ids), key, generation, CancelToken(), on_result, on_error, on_progress, on_finished,
-                     fn=fn, current=current, on_dropped=on_dropped)
+                    current=current, on_dropped=on_dropped)
         was_busy = bool(self._tasks)
         self._tasks[task.task_id] = task
         self._latest[key] = task.task_id
@@ -98,7 +115,7 @@ class TaskRunner(QObject):
             self._compute = ComputeThread(self)
             self.destroyed.connect(lambda *_args, compute=self._compute: compute.stop())
         superseded = self._compute.drop_queued_of(key)
-        self._compute.put(task)
+        self._compute.put(Job(task.task_id, key, task.token, fn))
         if not was_busy:
             self.busyChanged.emit(True)
         for old in superseded:  # never started: finish them now (their on_finished is dropped as stale)
@@ -130,6 +147,8 @@ class TaskRunner(QObject):
         self.cancel_all()
         self._drop_queued()
         done = self._compute is None or self._compute.wait_idle(timeout_ms / 1000)
+        if self._compute is not None:
+            self._compute.release_spent()
         if not done:
             log.warning("background work still running after %d ms: %s", timeout_ms,
                         ", ".join(sorted({t.key for t in self._tasks.values()})))
@@ -139,7 +158,11 @@ class TaskRunner(QObject):
         """End the compute thread (after wait_all, on quit), so nothing of ours runs while the
         interpreter and Qt tear down. A later submit starts a new one. True if it ended in time."""
         compute, self._compute = self._compute, None
-        return compute is None or compute.stop(timeout_ms / 1000)
+        if compute is None:
+            return True
+        ended = compute.stop(timeout_ms / 1000)
+        compute.release_spent()
+        return ended
 
     def _drop_queued(self) -> None:
         """Take tasks that never started off the queue: cancelled, they would only return."""
@@ -201,6 +224,8 @@ class TaskRunner(QObject):
 
     @Slot(int)
     def _on_finished(self, task_id: int) -> None:
+        if self._compute is not None:
+            self._compute.release_spent()  # what the job ran dies here, on the GUI thread
         task = self._current(task_id)
         self._tasks.pop(task_id, None)
         try:

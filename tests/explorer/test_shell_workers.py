@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import weakref
 
 import pytest
 
@@ -210,3 +211,45 @@ def test_progress_from_a_helper_thread_serves_nothing_there(qtbot, runner):
     queued.set()
     qtbot.waitUntil(lambda: not runner.busy, timeout=5000)
     assert ran_on == results  # the interactive task ran on the compute thread, after the load
+
+
+@pytest.mark.parametrize("outcome", ["result", "error"])
+def test_what_a_task_held_is_released_on_the_gui_thread(qtbot, runner, monkeypatch, outcome):
+    """A controller or view that only a finished task still references must die on the GUI
+    thread: deleted on the compute thread, a Qt object's destructor took Qt's signal lock and
+    waited for the GIL that the GUI thread held while connecting a signal (the suite hung).
+    The compute thread is made slow after it says "finished", so the GUI thread lets go first."""
+    from PySide6.QtCore import QObject
+
+    from explorer.runtime.compute_thread import ComputeThread
+
+    emit = ComputeThread._emit
+
+    def slow_after_finished(self, signal_name, *args):
+        emit(self, signal_name, *args)
+        if signal_name == "_finished":
+            threading.Event().wait(0.3)  # a pre-empted compute thread
+
+    monkeypatch.setattr(ComputeThread, "_emit", slow_after_finished)
+    died_on = {}
+
+    class Owner(QObject):
+        def deliver(self, *_args):
+            pass
+
+    def make_task():
+        owner, captured = Owner(), Owner()  # on_result's object; one captured by the task's closure
+        for name, obj in (("callback", owner), ("closure", captured)):
+            weakref.finalize(obj, lambda name=name: died_on.setdefault(name, threading.get_ident()))
+
+        def fn(token, progress):
+            assert captured is not None
+            if outcome == "error":
+                raise ValueError("bad input")
+            return 1
+
+        runner.submit("k", fn, on_result=owner.deliver, on_error=owner.deliver, on_finished=owner.deliver)
+
+    make_task()
+    qtbot.waitUntil(lambda: len(died_on) == 2, timeout=5000)
+    assert died_on == {"callback": threading.get_ident(), "closure": threading.get_ident()}
