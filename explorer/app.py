@@ -237,9 +237,11 @@ def main(argv=None) -> int:
     import explorer.widgets.theme as theme
     import explorer.widgets.wheel_guard as wheel_guard
     from explorer.shell.window import MainWindow
+    from explorer.runtime.gui_gc import GuiThreadCollector
     from explorer.runtime.workers import TaskRunner
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
+    GuiThreadCollector(app)  # cyclic garbage (Qt objects among it) is freed on this thread only
     app.setApplicationName("GPT Explorer")
     app.setOrganizationName("gpt-explorer")
     theme.apply_theme(app, None if args.theme == "system" else args.theme)

@@ -152,6 +152,21 @@ def _clean_up(qapp) -> None:
 
 
 @pytest.fixture(autouse=True)
+def collect_on_the_gui_thread(request, no_leaks):
+    """As the app does (runtime/gui_gc.py): a test's cyclic garbage is never collected on the
+    compute thread, where freeing a Qt object can deadlock. Stopped before `no_leaks` looks."""
+    if "qapp" not in request.fixturenames and "qtbot" not in request.fixturenames:
+        yield  # no Qt objects, and no compute thread (the runner needs a QApplication)
+        return
+    from explorer.runtime.gui_gc import GuiThreadCollector
+
+    collector = GuiThreadCollector(request.getfixturevalue("qapp"))
+    yield
+    collector.stop()
+    collector.deleteLater()
+
+
+@pytest.fixture(autouse=True)
 def no_leaks(request):
     """Fail a test that leaves threads, timers or windows behind (after pytest-qt closed its widgets)."""
     yield
