@@ -44,6 +44,7 @@ _LAZY = {
     "information_flow": "interp.flow",
     "FlowContributions": "interp.flow",
     "FlowError": "interp.flow",
+    "FlowState": "interp.flow_incremental",
     "flow_graph": "interp.flow_graph",
     "FlowGraph": "interp.flow_graph",
     "remove_edge_effect": "interp.flow_effects",

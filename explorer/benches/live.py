@@ -228,6 +228,9 @@ def main(argv=None) -> int:
 
         probes_attention.slack_step = lambda _block: args.crop_step
     app = QApplication.instance() or QApplication([])
+    from explorer.runtime.gui_gc import GuiThreadCollector
+
+    GuiThreadCollector(app)  # as the app: cyclic garbage is collected on a GUI timer, not mid-redraw
     if args.shape == "tiny":
         session = Session.tiny()
     else:

@@ -2,7 +2,7 @@
 
 Rules that keep it live while typing without ever drawing the past:
 - debounce + one capture in flight (controllers/live.py, the helper every live panel uses).
-  The debounce is half the last capture's time, between MIN_DEBOUNCE_MS and DEBOUNCE_MS
+  The debounce is half the last capture's time, between MIN_DEBOUNCE_MS (controllers/live.py) and DEBOUNCE_MS
   (half: keys that come during a capture are absorbed by the one-run-at-a-time rule anyway):
   with prefix reuse a keystroke's capture of a short prompt takes a few tens of ms, and
   waiting 80 ms for it would be most of the latency; a slow capture (long prompt, big model)
@@ -30,7 +30,6 @@ from explorer.controllers.live import LiveRequest
 log = logging.getLogger("explorer.attention")
 
 DEBOUNCE_MS = 80
-MIN_DEBOUNCE_MS = 20  # below this, key repeat (~30/s) would start a capture per key
 THUMB_SIZE = 64
 TASK_KEY = "attention"
 
@@ -156,8 +155,7 @@ class AttentionController(PanelController[AttentionView]):
     # -- results (GUI thread) ------------------------------------------------------------
     def _on_result(self, result) -> None:
         self.result = result
-        capture_ms = result.forward_s * 1000
-        self.live.set_debounce(int(min(self.debounce_ms, max(MIN_DEBOUNCE_MS, capture_ms / 2))))
+        self.live.follow_work(result.forward_s * 1000)
         self.view.set_attention(result)
         self.view.set_ablated(self.ctx.session.interp.ablation.heads)
         self._show_census()

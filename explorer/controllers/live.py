@@ -17,6 +17,8 @@ from typing import Callable
 
 from PySide6.QtCore import QObject, QTimer
 
+MIN_DEBOUNCE_MS = 20  # below this, key repeat (~30/s) would start a run per key
+
 
 class LiveRequest(QObject):
     """`start(done)` submits one run and returns True (it must call `done()` when the run
@@ -27,6 +29,7 @@ class LiveRequest(QObject):
                  parent: QObject | None = None):
         super().__init__(parent)
         self._start = start
+        self._longest_ms = debounce_ms  # follow_work() never waits longer than this
         self._in_flight = False
         self._again = False
         self.timer = QTimer(self)
@@ -40,6 +43,12 @@ class LiveRequest(QObject):
 
     def set_debounce(self, ms: int) -> None:
         self.timer.setInterval(int(ms))
+
+    def follow_work(self, work_ms: float) -> None:
+        """Wait half as long as the last run took, between MIN_DEBOUNCE_MS and the debounce given
+        at the start: a pause shorter than the work it would trigger is worth waiting out, a
+        longer wait on cheap work is only latency."""
+        self.set_debounce(int(min(self._longest_ms, max(MIN_DEBOUNCE_MS, work_ms / 2))))
 
     def poke(self) -> None:
         """An edit: run once the typing pauses."""

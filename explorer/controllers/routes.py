@@ -115,6 +115,7 @@ class RoutesController(PanelController[RoutesView]):
 
     def _on_result(self, result) -> None:
         self.computed += 1
+        self.live.follow_work(result.elapsed_s * 1000)  # as attention's: half the last computation
         new_prompt = self.result is None or self.result.text != result.text
         if self._draw(result, new_prompt=new_prompt):
             self.result = result

@@ -170,9 +170,10 @@ class Session:
     def bump_version(self) -> int:
         """The one place the version moves on (call it holding `lock`, then announce the change
         with the version it returns): every result computed so far is stale, so the domains drop
-        what they kept for the old state (the attention prompt state, the head census)."""
+        what they kept for the old state (the attention and routes prompt states, the head census)."""
         self.version += 1
         self.attention.forget()  # holds the model's keys/values of the last prompt
+        self.routes.forget()  # likewise, for the routes of the last prompt
         self.interp.forget_results()
         return self.version
 

@@ -28,13 +28,18 @@ TOP_TOKENS = 6  # promoted / suppressed tokens shown for a clicked node
 class RoutesDomain:
     def __init__(self, core):
         self.core = core
+        # gptcore.FlowState for typing (only the rows after the shared prefix run), valid for one
+        # model version and ablation; with the last result, whose predictions the kept rows reuse
+        self._typing: tuple[object, int, object, object, RoutesResult | None] | None = None
+
+    def forget(self) -> None:
+        """Drop the typing state (the core calls it at every version bump: it holds the old model)."""
+        self._typing = None
 
     # -- the contributions (one forward) -----------------------------------------------------------
     def compute(self, text: str) -> RoutesResult:
         """Every block's shares for `text` (cropped from the left to block_size) and the model's
         top-1 next token after every position."""
-        from gptcore import information_flow
-
         self.core.require_model()
         ids = self.core.encode(text)
         with self.core.lock:
@@ -45,19 +50,34 @@ class RoutesDomain:
             ids = ids[cropped:]
             self.core.check_token_ids(ids, model)
             started = time.perf_counter()
-            flow = information_flow(model, ids)
-            with torch.inference_mode():
-                logits = model(torch.tensor([ids], device=model.device))[0].float()  # (T, V)
-            probs = torch.softmax(logits, dim=-1)  # (T, V)
-            top_p, top_i = probs.max(dim=-1)  # (T,)
+            state, previous = self._typing_state(model, version, ablation)
+            flow = state.flow(ids, logits=True)  # the predictions come from the same forward
+            probs = torch.softmax(flow.logits.float(), dim=-1)  # (T - kept, V)
+            top_p, top_i = probs.max(dim=-1)  # (T - kept,)
             elapsed = time.perf_counter() - started
+        kept = flow.logits_from  # rows 0..kept-1 are the previous prompt's, unchanged
         top_i = top_i.cpu().numpy().astype(np.int64)
-        return RoutesResult(
+        top_p = top_p.cpu().numpy()
+        if kept:
+            top_i = np.concatenate([previous.predicted_ids[:kept], top_i])
+            top_p = np.concatenate([previous.predicted_probs[:kept], top_p])
+        result = RoutesResult(
             text=text, token_ids=np.asarray(ids, dtype=np.int64), tokens=tuple(self.core.token_strings(ids)),
             attn=flow.attn, attn_residual=flow.attn_residual, mlp=flow.mlp, mlp_residual=flow.mlp_residual,
             predicted_ids=top_i, predicted_texts=tuple(self.core.token_strings(top_i)),
-            predicted_probs=top_p.cpu().numpy(), replaced_heads=tuple(flow.replaced_heads), cropped=cropped,
+            predicted_probs=top_p, replaced_heads=tuple(flow.replaced_heads), cropped=cropped,
             ablation=ablation, version=version, elapsed_s=elapsed)
+        self._typing = (*self._typing[:4], result)
+        return result
+
+    def _typing_state(self, model, version: int, ablation):
+        """The FlowState for this model, version and ablation (a new one when any changed), and
+        the result it last gave (its predictions serve the kept rows). Under the core's lock."""
+        from gptcore import FlowState
+
+        if self._typing is None or self._typing[:3] != (model, version, ablation):
+            self._typing = (model, version, ablation, FlowState(model), None)
+        return self._typing[3], self._typing[4]
 
     # -- the graph (no forward) ----------------------------------------------------------------------
     def graph(self, result: RoutesResult, threshold: float = 0.04, position: int = -1) -> RouteGraph:

@@ -98,3 +98,19 @@ def test_a_view_switched_to_during_a_sweep_gets_its_own_sweep_when_that_one_ends
     page.view.set_view("gradients")  # no data there yet
     qtbot.waitUntil(lambda: drawn == ["norms", "gradients"], timeout=60_000)
     qtbot.waitUntil(lambda: not panel_context.runner.busy, timeout=60_000)
+
+
+def test_the_debounce_follows_half_the_last_run_within_its_bounds(qapp):
+    """Attention and Routes wait half as long as their last computation took (issue 29: a routes
+    keystroke at 32 tokens), never under MIN_DEBOUNCE_MS nor over the debounce they were given."""
+    from explorer.controllers.live import MIN_DEBOUNCE_MS
+
+    live = LiveRequest(lambda done: False, debounce_ms=80)
+    for work_ms, expected in ((10, MIN_DEBOUNCE_MS), (100, 50), (1000, 80)):
+        live.follow_work(work_ms)
+        assert live.timer.interval() == expected
+    immediate = LiveRequest(lambda done: False, debounce_ms=0)  # tests that want no wait keep none
+    immediate.follow_work(1000)
+    assert immediate.timer.interval() == 0
+    live.deleteLater()
+    immediate.deleteLater()

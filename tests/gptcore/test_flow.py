@@ -247,3 +247,18 @@ def test_query_blocks_give_the_same_shares(tmp_path, monkeypatch):
     blocked = information_flow(model, IDS)
     np.testing.assert_allclose(blocked.attn, whole.attn, atol=1e-7)
     np.testing.assert_allclose(blocked.attn_residual, whole.attn_residual, atol=1e-7)
+
+
+def test_the_flow_forwards_logits_are_the_models_and_leave_the_shares_alone():
+    """`logits=True` (the Routes view's predictions without a second forward) gives what a plain
+    forward gives, and the same shares as without it."""
+    model = llama_style()
+    plain = information_flow(model, IDS)
+    with_logits = information_flow(model, IDS, logits=True)
+    assert plain.logits is None
+    with torch.no_grad():
+        expected = model(torch.tensor([IDS]))[0]  # (T, V)
+    assert with_logits.logits.shape == expected.shape
+    torch.testing.assert_close(with_logits.logits, expected, atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(with_logits.attn, plain.attn)
+    np.testing.assert_array_equal(with_logits.mlp, plain.mlp)
