@@ -28,9 +28,10 @@ TOP_TOKENS = 6  # promoted / suppressed tokens shown for a clicked node
 class RoutesDomain:
     def __init__(self, core):
         self.core = core
-        # gptcore.FlowState for typing (only the rows after the shared prefix run), valid for one
-        # model version and ablation; with the last result, whose predictions the kept rows reuse
-        self._typing: tuple[object, int, object, object, RoutesResult | None] | None = None
+        # For typing: a gptcore FlowState (only the rows after the shared prefix run) and the top-1
+        # ids and probabilities it last gave (the kept rows reuse them). Valid for one version: every
+        # swap, ablation or setting bumps it, and the bump calls forget().
+        self._typing = None  # (FlowState, (T,) int64 ids, (T,) float32 probs) | None
 
     def forget(self) -> None:
         """Drop the typing state (the core calls it at every version bump: it holds the old model)."""
@@ -50,34 +51,31 @@ class RoutesDomain:
             ids = ids[cropped:]
             self.core.check_token_ids(ids, model)
             started = time.perf_counter()
-            state, previous = self._typing_state(model, version, ablation)
-            flow = state.flow(ids, logits=True)  # the predictions come from the same forward
-            probs = torch.softmax(flow.logits.float(), dim=-1)  # (T - kept, V)
-            top_p, top_i = probs.max(dim=-1)  # (T - kept,)
+            flow, top_i, top_p = self._flow_and_predictions(model, ids)
             elapsed = time.perf_counter() - started
-        kept = flow.logits_from  # rows 0..kept-1 are the previous prompt's, unchanged
-        top_i = top_i.cpu().numpy().astype(np.int64)
-        top_p = top_p.cpu().numpy()
-        if kept:
-            top_i = np.concatenate([previous.predicted_ids[:kept], top_i])
-            top_p = np.concatenate([previous.predicted_probs[:kept], top_p])
-        result = RoutesResult(
+        return RoutesResult(
             text=text, token_ids=np.asarray(ids, dtype=np.int64), tokens=tuple(self.core.token_strings(ids)),
             attn=flow.attn, attn_residual=flow.attn_residual, mlp=flow.mlp, mlp_residual=flow.mlp_residual,
             predicted_ids=top_i, predicted_texts=tuple(self.core.token_strings(top_i)),
             predicted_probs=top_p, replaced_heads=tuple(flow.replaced_heads), cropped=cropped,
             ablation=ablation, version=version, elapsed_s=elapsed)
-        self._typing = (*self._typing[:4], result)
-        return result
 
-    def _typing_state(self, model, version: int, ablation):
-        """The FlowState for this model, version and ablation (a new one when any changed), and
-        the result it last gave (its predictions serve the kept rows). Under the core's lock."""
+    def _flow_and_predictions(self, model, ids: list[int]):
+        """The shares and the top-1 id and probability after every position, from one forward of the
+        rows the typing state could not keep. Under the core's lock (as forget() is called)."""
         from gptcore import FlowState
 
-        if self._typing is None or self._typing[:3] != (model, version, ablation):
-            self._typing = (model, version, ablation, FlowState(model), None)
-        return self._typing[3], self._typing[4]
+        state = self._typing[0] if self._typing is not None else FlowState(model)
+        flow = state.flow(ids, logits=True)  # the predictions come from the same forward
+        top_p, top_i = torch.softmax(flow.logits.float(), dim=-1).max(dim=-1)  # (T - kept,) each
+        kept = flow.logits_from  # rows 0..kept-1 are the previous prompt's, unchanged
+        top_i = top_i.cpu().numpy().astype(np.int64)
+        top_p = top_p.cpu().numpy()
+        if kept:
+            top_i = np.concatenate([self._typing[1][:kept], top_i])
+            top_p = np.concatenate([self._typing[2][:kept], top_p])
+        self._typing = (state, top_i, top_p)
+        return flow, top_i, top_p
 
     # -- the graph (no forward) ----------------------------------------------------------------------
     def graph(self, result: RoutesResult, threshold: float = 0.04, position: int = -1) -> RouteGraph:

@@ -153,11 +153,11 @@ class _FlowTaps:
         self.model = model
         self.group = cfg.n_head // cfg.kv_heads
         self.start, self.kv_cache = start, kv_cache
-        L, nh, n = cfg.n_layer, cfg.n_head, T - start
-        self.attn = np.zeros((L, n, T, nh), dtype=np.float32)
-        self.attn_residual = np.zeros((L, n), dtype=np.float32)
-        self.mlp = np.zeros((L, n), dtype=np.float32)
-        self.mlp_residual = np.zeros((L, n), dtype=np.float32)
+        L, nh = cfg.n_layer, cfg.n_head
+        self.attn = np.zeros((L, T, T, nh), dtype=np.float32)  # rows before `start` are the caller's to fill
+        self.attn_residual = np.zeros((L, T), dtype=np.float32)
+        self.mlp = np.zeros((L, T), dtype=np.float32)
+        self.mlp_residual = np.zeros((L, T), dtype=np.float32)
         self.replaced = np.zeros((L, nh), dtype=bool)
         self.seen: dict[tuple[int, str], torch.Tensor] = {}
         self.handles = []
@@ -174,6 +174,9 @@ class _FlowTaps:
             self.handles.append(z.register_forward_hook(self._z_final(l)))
             self.handles.append(hd[f"blocks.{l}.hook_resid_mid"].register_forward_hook(self._attn_done(l)))
             self.handles.append(hd[f"blocks.{l}.hook_resid_post"].register_forward_hook(self._mlp_done(l)))
+
+    def replaced_heads(self) -> tuple[tuple[int, int], ...]:
+        return tuple((int(l), int(h)) for l, h in zip(*np.nonzero(self.replaced)))
 
     def detach(self) -> None:
         for h in self.handles:
@@ -210,8 +213,8 @@ class _FlowTaps:
             replaced = torch.as_tensor(self.replaced[l], device=mid.device)
             shares, resid = attention_shares(pattern, v, W_O, self.seen.pop((l, "resid_pre")).float(), mid, replaced,
                                              self.start)
-            self.attn[l] = shares.cpu().numpy()
-            self.attn_residual[l] = resid.cpu().numpy()
+            self.attn[l, self.start:] = shares.cpu().numpy()
+            self.attn_residual[l, self.start:] = resid.cpu().numpy()
 
         return done
 
@@ -219,10 +222,22 @@ class _FlowTaps:
         def done(_module, _inputs, out):  # out (1, T, C)
             mid = self.seen.pop((l, "mid"))
             m, r = two_part_shares(self.seen.pop((l, "mlp_out")).float(), mid, out[0].detach().float())
-            self.mlp[l] = m.cpu().numpy()
-            self.mlp_residual[l] = r.cpu().numpy()
+            self.mlp[l, self.start:] = m.cpu().numpy()
+            self.mlp_residual[l, self.start:] = r.cpu().numpy()
 
         return done
+
+
+def tapped_forward(model, idx: torch.Tensor, start: int = 0, kv_cache=None, logits: bool = False):
+    """One forward of `idx` (1, n), the prompt's tokens from `start` on (the earlier ones' keys and
+    values in `kv_cache`), with the taps on: (taps holding rows start.., logits (n, vocab) or None)."""
+    taps = _FlowTaps(model, start + idx.shape[1], start, kv_cache)
+    taps.attach()
+    try:
+        out = model(idx, kv_cache=kv_cache, logits="all" if logits else None)  # (1, n, vocab) or None
+    finally:
+        taps.detach()
+    return taps, (out[0] if logits else None)
 
 
 @torch.no_grad()
@@ -236,13 +251,7 @@ def information_flow(model, ids: Ids, *, logits: bool = False) -> FlowContributi
     UserError) for a 0-layer or post-LN model and a prompt of fewer than 2 tokens."""
     check_flow_model(model)
     idx = check_prompt(model, ids)  # (1, T)
-    taps = _FlowTaps(model, idx.shape[1])
-    taps.attach()
-    try:
-        out = model(idx, logits="all" if logits else None)  # (1, T, vocab) or None
-    finally:
-        taps.detach()
-    replaced = tuple((int(l), int(h)) for l, h in zip(*np.nonzero(taps.replaced)))
+    taps, out = tapped_forward(model, idx, logits=logits)
     return FlowContributions(attn=taps.attn, attn_residual=taps.attn_residual, mlp=taps.mlp,
                              mlp_residual=taps.mlp_residual, tokens=idx[0].cpu().numpy().astype(np.int64),
-                             replaced_heads=replaced, logits=out[0] if logits else None)
+                             replaced_heads=taps.replaced_heads(), logits=out)

@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from gptcore.interp.flow import FlowContributions, _FlowTaps, check_flow_model, check_prompt
+from gptcore.interp.flow import FlowContributions, check_flow_model, check_prompt, tapped_forward
 from gptcore.interp.probes.incremental import common_prefix
 
 
@@ -46,36 +46,20 @@ class FlowState:
         if self.last is None:
             start = 0
         self.kv_cache.length = start  # keys and values past the prefix are overwritten
-        taps = _FlowTaps(self.model, T, start, self.kv_cache)
-        taps.attach()
         try:
-            out = self.model(idx[:, start:], kv_cache=self.kv_cache, logits="all" if logits else None)  # (1, n, V)
+            taps, out = tapped_forward(self.model, idx[:, start:], start, self.kv_cache, logits)
         except BaseException:
             self.reset()  # the cache may hold half a forward
             raise
-        finally:
-            taps.detach()
-        result = self._merge(taps, new, start, out[0] if logits else None)
+        replaced = set(taps.replaced_heads())
+        if start:  # the kept rows, into the taps' arrays (a kept row never reads past itself)
+            last = self.last
+            taps.attn[:, :start, :start] = last.attn[:, :start, :start]
+            for name in ("attn_residual", "mlp", "mlp_residual"):
+                getattr(taps, name)[:, :start] = getattr(last, name)[:, :start]
+            replaced |= set(last.replaced_heads)
+        result = FlowContributions(attn=taps.attn, attn_residual=taps.attn_residual, mlp=taps.mlp,
+                                   mlp_residual=taps.mlp_residual, tokens=np.asarray(new, dtype=np.int64),
+                                   replaced_heads=tuple(sorted(replaced)), logits=out, logits_from=start)
         self.ids, self.last = new, result
         return result
-
-    def _merge(self, taps: _FlowTaps, ids: list[int], start: int, logits) -> FlowContributions:
-        """The kept rows 0..start-1 and the new rows start..T-1 in arrays of the new length."""
-        L, n, T, nh = taps.attn.shape
-        attn = np.full((L, T, T, nh), 0.0, dtype=np.float32)  # (L, T, T, nh)
-        attn[:, start:] = taps.attn
-        rows = {"attn_residual": taps.attn_residual, "mlp": taps.mlp, "mlp_residual": taps.mlp_residual}
-        merged = {}
-        for name, fresh in rows.items():
-            whole = np.empty((L, T), dtype=np.float32)
-            whole[:, start:] = fresh
-            merged[name] = whole
-        replaced = {(int(l), int(h)) for l, h in zip(*np.nonzero(taps.replaced))}
-        if start:
-            last = self.last
-            attn[:, :start, :start] = last.attn[:, :start, :start]  # a kept row never reads past itself
-            for name in rows:
-                merged[name][:, :start] = getattr(last, name)[:, :start]
-            replaced |= set(last.replaced_heads)
-        return FlowContributions(attn=attn, tokens=np.asarray(ids, dtype=np.int64),
-                                 replaced_heads=tuple(sorted(replaced)), logits=logits, logits_from=start, **merged)
