@@ -139,7 +139,7 @@ def install_exception_hook(window_getter) -> None:
         if window is not None:
             window.ctx.report_error(exc, "Unexpected error", inline=False)
         else:
-            from explorer.shell.errors import log_exception
+            from explorer.controllers.errors import log_exception
 
             log_exception("Unexpected error", exc)
 

@@ -9,9 +9,9 @@ error dialog) and hands back the words to show. Panel unit tests pass `window=No
 services then log instead of drawing.
 
 `signals.event` carries the session's typed events (explorer/session/events.py) to the GUI
-thread: the session sends them on whichever thread changed it, and a Qt signal emitted there
-is queued to its receivers here. Every controller and the window listen to it; nobody else
-tells views that something changed.
+thread: the session sends them on whichever thread changed it into a plain inbox
+(runtime/gui_inbox.py), which hands them to Qt on the GUI thread only. Every controller and
+the window listen to it; nobody else tells views that something changed.
 """
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 import shiboken6
 from PySide6.QtCore import QObject, Signal
 
-from explorer.shell.errors import Explanation, explain, log_exception
+from explorer.controllers.errors import Explanation, explain, log_exception
+from explorer.runtime.gui_inbox import GuiInbox
 
 if TYPE_CHECKING:
     from explorer.session.core import Session
@@ -53,13 +54,16 @@ class WindowServices(Protocol):
 
 
 class SessionSignals(QObject):
-    """The session's events as a Qt signal on the GUI thread (see the module docstring)."""
+    """The session's events as a Qt signal on the GUI thread (see the module docstring): the
+    session's hub holds only a plain inbox (runtime/gui_inbox.py), never this object, and the
+    inbox calls `_deliver` on the GUI thread only."""
 
     event = Signal(object)  # a ModelSwapped, AblationChanged, SettingsChanged or TrainingStepShown
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
         self._unsubscribe: Callable[[], None] | None = None
+        self._inbox = GuiInbox(self._deliver)
 
     def follow(self, session: "Session | None") -> None:
         """Listen to `session` (and stop listening to the previous one)."""
@@ -67,15 +71,12 @@ class SessionSignals(QObject):
             self._unsubscribe()
             self._unsubscribe = None
         if session is not None:
-            self._unsubscribe = session.events.subscribe(self._forward)
+            self._unsubscribe = session.events.subscribe(self._inbox.put)
 
-    def _forward(self, event) -> None:
-        # Any thread. After the app closed the window (its views gone), there is no one to tell.
+    def _deliver(self, event) -> None:
+        # GUI thread only. After the app closed the window (its views gone), there is no one to tell.
         if shiboken6.isValid(self):
-            try:
-                self.event.emit(event)
-            except RuntimeError:
-                pass
+            self.event.emit(event)
 
 
 @dataclass

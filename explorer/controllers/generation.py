@@ -6,18 +6,17 @@ at once, and a forward of GPT-2 small takes tens of milliseconds on a CPU. So th
 is run once (debounced while typing, in a worker) and each slider move only re-applies
 the sampling transforms to the kept logits, on the GUI thread (about a millisecond).
 
-Why a queue next to the runner's progress callback: progress carries only numbers, and
-the runner drops progress of stale or cancelled tasks. The worker puts each token in
-this run's own queue and then pokes progress; the GUI drains the queue. A run that is no
-longer current (Stop, model swap, a new Generate) owns a queue nobody reads, so a late
-token can never land in the wrong text.
+Why generation is a streaming task: the run is a generator on the compute thread, one token
+per step (other panels' work runs between two tokens), and each token it yields reaches
+`on_item` on the GUI thread in order, through the runner's one stale rule: a token computed
+for a model, ablation or setting no longer current is dropped on arrival, and a new Generate
+supersedes the run under its key, so a late token can never land in the wrong text.
 """
 from __future__ import annotations
 
 import html
-import queue
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -28,7 +27,7 @@ from explorer.widgets.formatting import format_prob
 from explorer.views.generation.panel import GenerationPanel
 from explorer.session.events import ModelSwapped
 from explorer.controllers.base import PanelController
-from explorer.controllers.views import GenerationView
+from explorer.views.generation.protocol import GenerationView
 from explorer.controllers.live import LiveRequest
 
 LOGITS_KEY = "generation.logits"
@@ -45,9 +44,8 @@ class _Run:
     max_new_tokens: int
     model_name: str = ""  # who writes this text (a later model swap says so next to it)
     outdated: bool = False  # the model changed since: the status line says who wrote it
-    tokens: "queue.SimpleQueue" = field(default_factory=queue.SimpleQueue)  # (GeneratedToken, seconds)
     shown: int = 0
-    produced: int = 0  # tokens the engine yielded (written by the worker)
+    produced: int = 0  # tokens that arrived from the engine
     first_at: float | None = None
     last_at: float | None = None
     end_reason: str = ""
@@ -59,13 +57,13 @@ class GenerationController(PanelController[GenerationView]):
 
     generationFinished = Signal(str)  # why it ended: "done", "stopped", "model changed", "error"
     task_keys = (LOGITS_KEY, RUN_KEY)
+    background_keys = (RUN_KEY,)  # a generation the user started streams on behind another tab
 
-    @classmethod
-    def make_view(cls, ctx) -> GenerationPanel:
-        return GenerationPanel(vocab_size=_drawable_vocab(ctx.session))
+    view_class = GenerationPanel
 
     def __init__(self, ctx, view: GenerationView, parent: QObject | None = None):
         super().__init__(ctx, view, parent)
+        view.set_vocab_size(_drawable_vocab(ctx.session))
         self.session = ctx.session
         self.runner = ctx.runner
 
@@ -143,9 +141,8 @@ class GenerationController(PanelController[GenerationView]):
             return False
         text = self.view.prompt_text()
         session = self.session
-        self.submit(LOGITS_KEY, lambda cancel, progress: session.generation.next_token(text),
-                    on_result=self._on_logits, on_error=self._on_logits_error, on_finished=done)
-        return True
+        return self.submit(LOGITS_KEY, lambda cancel, progress: session.generation.next_token(text),
+                           on_result=self._on_logits, on_error=self._on_logits_error, on_finished=done) > 0
 
     def _on_logits(self, result) -> None:
         self.logits = result
@@ -246,17 +243,15 @@ class GenerationController(PanelController[GenerationView]):
         self.view.set_running(True)
         self.view.set_stream_status("starting…")
 
-        def work(cancel, progress):
-            for token in session.generation.stream(context.ids, settings, cancel):
-                run.produced += 1
-                run.tokens.put((token, time.perf_counter()))
-                progress(run.produced, run.max_new_tokens, "")
-            return run.produced
+        ids = context.ids
+
+        def work(cancel, progress):  # a generator: one token per step, streamed to on_item
+            for token in session.generation.stream(ids, settings, cancel):
+                yield token, time.perf_counter()
 
         # For the state it started in: another model, ablation or setting stops the run (invalidate).
         self.submit(RUN_KEY, work,
-                    on_progress=lambda *_: self._drain(run),
-                    on_result=lambda _n: self._drain(run),
+                    on_item=lambda item: self._show_token(run, *item),
                     on_error=lambda exc: self._on_run_error(run, exc),
                     on_finished=lambda: self._on_run_finished(run))
         return True
@@ -268,20 +263,17 @@ class GenerationController(PanelController[GenerationView]):
         self._run.end_reason = self._run.end_reason or "stopped"
         self.runner.cancel(RUN_KEY)
 
-    def _drain(self, run: _Run) -> None:
+    def _show_token(self, run: _Run, token, at: float) -> None:
+        """One streamed token (GUI thread): `at` is when the engine produced it."""
         if run is not self._run:
             return
-        while True:
-            try:
-                token, at = run.tokens.get_nowait()
-            except queue.Empty:
-                break
-            if run.first_at is None:
-                run.first_at = at
-            run.last_at = at
-            run.shown += 1
-            self.generated_ids.append(token.token)
-            self.view.append_token(token.text, token.prob, token.alternatives)
+        run.produced += 1
+        if run.first_at is None:
+            run.first_at = at
+        run.last_at = at
+        run.shown += 1
+        self.generated_ids.append(token.token)
+        self.view.append_token(token.text, token.prob, token.alternatives)
         self._show_rate(run, final=False)
 
     def _status_text(self, run: _Run, final: bool) -> str:
@@ -318,7 +310,6 @@ class GenerationController(PanelController[GenerationView]):
 
     def _on_run_finished(self, run: _Run) -> None:
         if run is self._run:
-            self._drain(run)
             if not run.end_reason:
                 run.end_reason = "done" if run.produced >= run.max_new_tokens else "ended"
             self._finish_run(run.end_reason)

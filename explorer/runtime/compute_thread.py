@@ -201,7 +201,7 @@ class ComputeThread:
             job.token.raise_if_cancelled()
             value = fn(job.token, progress)
             if isinstance(value, types.GeneratorType):
-                value = self._step_through(value, job.token)
+                value = self._step_through(value, job.token, tid)
             outcome = ("_resulted", value)
         except Cancelled:
             pass
@@ -221,12 +221,15 @@ class ComputeThread:
             self._running.remove(job)
             self._cond.notify_all()
 
-    def _step_through(self, steps: types.GeneratorType, token: CancelToken):
+    def _step_through(self, steps: types.GeneratorType, token: CancelToken, task_id: int):
         """A generator task: one `next()` per step, waiting work served between steps."""
         try:
             while True:
                 token.raise_if_cancelled()
-                next(steps)
+                item = next(steps)
+                if item is not None:  # a streamed value (a generated token): on_item, in order
+                    self._emit("_itemed", task_id, item)
+                    item = None
                 self.serve_between_steps()
         except StopIteration as stop:
             return stop.value

@@ -17,12 +17,23 @@ here, for every key at once — controllers never compare versions by hand. `on_
 a controller that wants to say so ("the model changed during the run").
 
 All callbacks run on the GUI thread: the compute thread emits Qt signals on the runner,
-which lives in the GUI thread, so Qt queues them across.
+which lives in the GUI thread, so Qt queues them across. A session event sent on the compute
+thread waits in a plain inbox (gui_inbox.py) and wakes the runner with one more queued signal,
+so the change a task made reaches Qt on the GUI thread in order with what the task reports.
+
+What a task may hold is checked at `submit` (task_check.py): a function of plain data, never
+a Qt object. In strict mode (the tests; `GPT_EXPLORER_STRICT_TASKS=1`) a task that holds one
+is refused with `TaskHoldsQtObject`; in the app it is logged with where it is held.
+
+A task may stream: a function that returns a generator runs one step per `next()`, and each
+value it yields (not None) arrives as `on_item(value)` on the GUI thread, in order (generation
+streams its tokens this way), dropped like a result when the state it was computed for is gone.
 """
 from __future__ import annotations
 
 import itertools
 import logging
+import os
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -31,8 +42,10 @@ import shiboken6
 from PySide6.QtCore import QObject, Signal, Slot
 
 from explorer.runtime.compute_thread import Cancelled, CancelToken, ComputeThread, Job, ProgressFn
+from explorer.runtime.gui_inbox import add_waker, drain_all
+from explorer.runtime.task_check import TaskHoldsQtObject, qt_objects_held
 
-__all__ = ["MODEL_TASK", "Cancelled", "CancelToken", "ProgressFn", "TaskRunner", "live_runners"]
+__all__ = ["MODEL_TASK", "Cancelled", "CancelToken", "ProgressFn", "TaskHoldsQtObject", "TaskRunner", "live_runners"]
 
 log = logging.getLogger("explorer.runtime.workers")
 
@@ -53,9 +66,28 @@ class Task:
     on_finished: Callable[[], None] | None
     current: Callable[[], bool] | None = None  # False: the state it was computed for is gone
     on_dropped: Callable[[], None] | None = None
+    on_item: Callable[[Any], None] | None = None  # each value a generator task yields
 
 
 _live_runners: "weakref.WeakSet[TaskRunner]" = weakref.WeakSet()
+
+
+def _waker_of(runner: "TaskRunner"):
+    """The runner's waker for gui_inbox: a queued signal to the GUI thread, held weakly (the same
+    reach into the runner the compute thread already has to report a task)."""
+    ref = weakref.ref(runner)
+
+    def wake() -> bool:
+        target = ref()
+        if target is None or not shiboken6.isValid(target):
+            return False
+        try:
+            target._events_waiting.emit()
+        except RuntimeError:
+            return False
+        return True
+
+    return wake
 
 
 def live_runners() -> list["TaskRunner"]:
@@ -73,17 +105,21 @@ class TaskRunner(QObject):
     is logged and emitted as `taskFailed(title, exc)` (the main window shows a dialog).
     """
 
+    strict_tasks = os.environ.get("GPT_EXPLORER_STRICT_TASKS", "") == "1"  # refuse, not log (tests)
+    submitted = Signal(str)  # the key of every task submitted (the bench and tests count them)
+
     busyChanged = Signal(bool)
     taskFailed = Signal(str, object)  # (key, exception) for tasks without on_error
 
     # Internal: worker thread -> GUI thread.
     _progressed = Signal(int, int, int, str)
     _resulted = Signal(int, object)
+    _itemed = Signal(int, object)
+    _events_waiting = Signal()
     _errored = Signal(int, object)
     _finished = Signal(int)
 
-    def __init__(self, parent: QObject | None = None, max_threads: int = 1):
-        """`max_threads` is kept for callers of the pool version; all work runs on one thread."""
+    def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
         self._compute: ComputeThread | None = None  # started by the first submit
         self._ids = itertools.count(1)
@@ -92,6 +128,9 @@ class TaskRunner(QObject):
         self._latest: dict[str, int] = {}  # key -> task id of its latest submission
         self._progressed.connect(self._on_progress)
         self._resulted.connect(self._on_result)
+        self._itemed.connect(self._on_item)
+        self._events_waiting.connect(drain_all)
+        add_waker(_waker_of(self))
         self._errored.connect(self._on_error)
         self._finished.connect(self._on_finished)
         _live_runners.add(self)
@@ -99,15 +138,17 @@ class TaskRunner(QObject):
     # -- public API ------------------------------------------------------------------
     def submit(self, key: str, fn: Callable[[CancelToken, ProgressFn], Any], *,
                on_result=None, on_error=None, on_progress=None, on_finished=None,
-               current: Callable[[], bool] | None = None, on_dropped=None) -> int:
+               current: Callable[[], bool] | None = None, on_dropped=None, on_item=None) -> int:
         """Run `fn(token, progress)` on the compute thread under `key` (superseding the key's
         last task). `current()`, checked on the GUI thread when the result or error arrives:
-        False drops it (then `on_dropped()`), as the state it was computed for is gone."""
+        False drops it (then `on_dropped()`), as the state it was computed for is gone.
+        `fn` must hold no Qt object (see the module docstring)."""
+        self._check_plain(key, fn)
         self._cancel_tokens(key)
         generation = self._generation.get(key, 0) + 1
         self._generation[key] = generation
         task = Task(next(self._ids), key, generation, CancelToken(), on_result, on_error, on_progress, on_finished,
-                    current=current, on_dropped=on_dropped)
+                    current=current, on_dropped=on_dropped, on_item=on_item)
         was_busy = bool(self._tasks)
         self._tasks[task.task_id] = task
         self._latest[key] = task.task_id
@@ -120,7 +161,18 @@ class TaskRunner(QObject):
             self.busyChanged.emit(True)
         for old in superseded:  # never started: finish them now (their on_finished is dropped as stale)
             self._on_finished(old.task_id)
+        self.submitted.emit(key)
         return generation
+
+    def _check_plain(self, key: str, fn) -> None:
+        held = qt_objects_held(fn)
+        if not held:
+            return
+        message = (f"task {key!r} holds a Qt object, which must never reach the compute thread: "
+                   f"{'; '.join(held)}. Pass the session and plain values to the task instead")
+        if self.strict_tasks:
+            raise TaskHoldsQtObject(message)
+        log.error("%s", message)
 
     def cancel(self, key: str) -> None:
         self._cancel_tokens(key)
@@ -201,6 +253,12 @@ class TaskRunner(QObject):
         if task.on_dropped is not None:
             task.on_dropped()
         return True
+
+    @Slot(int, object)
+    def _on_item(self, task_id: int, value) -> None:
+        task = self._current(task_id)
+        if task and task.on_item and not self._outdated(task, "item"):
+            task.on_item(value)
 
     @Slot(int, object)
     def _on_result(self, task_id: int, value) -> None:

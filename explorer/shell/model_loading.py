@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QFileDialog, QProgressDialog
 
-from explorer.shell.errors import log_exception
+from explorer.controllers.errors import log_exception
 from gptcore.errors import is_cancellation as _cancelled
 
 from explorer.runtime.workers import MODEL_TASK
@@ -110,7 +110,8 @@ class ModelLoading:
                 after = "No model is loaded: open one from the File menu."
             self.ctx.report_error(exc, title, after=after, inline=False)
 
-        self._run_model_task(title, lambda token, progress: self.session.load(
+        session = self.session  # the task holds the session, never the window (runtime/task_check.py)
+        self._run_model_task(title, lambda token, progress: session.load(
             source, progress=progress, cancel=token, n_head=n_head, meta=meta),
             on_result=lambda _info: self._offer_meta(source, n_head), on_error=failed)
 
@@ -162,10 +163,12 @@ class ModelLoading:
                 if not hub_offline():
                     self.download_default()
 
+        session = self.session
+
         def work(token, progress):
             from explorer.session.models import load_default
 
-            return load_default(self.session, progress=progress, cancel=token)
+            return load_default(session, progress=progress, cancel=token)
 
         self._run_model_task("Loading GPT-2 small", work, on_result=loaded)
 
@@ -177,7 +180,8 @@ class ModelLoading:
                 log_exception("Downloading GPT-2 small", exc)
                 self.show_message(f"GPT-2 small could not be downloaded: {str(exc).splitlines()[0]}", 15000)
 
-        self._run_model_task("Downloading GPT-2 small", lambda token, progress: self.session.load(
+        session = self.session
+        self._run_model_task("Downloading GPT-2 small", lambda token, progress: session.load(
             "gpt2", progress=progress, cancel=token), on_error=failed)
 
     def _run_model_task(self, title: str, fn, on_result=None, on_error=None) -> None:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("GPT_EXPLORER_STRICT_TASKS", "1")  # a task holding a Qt object raises (runtime/task_check.py)
 
 import pytest  # noqa: E402
 

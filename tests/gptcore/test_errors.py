@@ -39,7 +39,7 @@ def test_every_diagnosed_input_problem_is_a_user_error(cls):
 
 
 def test_explain_classifies_subclasses_by_type_not_name():
-    from explorer.shell.errors import explain
+    from explorer.controllers.errors import explain
     from gptcore.model.config import ConfigError
 
     class RenamedConfigProblem(ConfigError):  # a name-string rule would miss this one
