@@ -206,6 +206,8 @@ def main(argv=None) -> int:
                    help="past block_size, drop this many tokens at a time (0: the app's block_size/8; 1: exact crop)")
     p.add_argument("--json", action="store_true", help="print one JSON list instead of text")
     p.add_argument("--no-routes", action="store_true", help="skip the Routes panel's keystroke and threshold (benches/routes.py)")
+    p.add_argument("--hidden", action="store_true",
+                   help="ablation -> Generation's distribution with 1 vs every panel built (explorer/benches/hidden.py)")
     p.add_argument("--train", action="store_true",
                    help="keystrokes and training it/s alone and together (explorer/benches/training.py)")
     p.add_argument("--train-threads", default="1,2", help="with --train: the training child's thread counts to try")
@@ -243,6 +245,18 @@ def main(argv=None) -> int:
         f"on {os.cpu_count()} CPUs")
     runner = TaskRunner()
     rows = []
+    if args.hidden:
+        from explorer.benches.hidden import bench_hidden
+
+        row = bench_hidden(app, session, runner, args.edits, _Waiter)
+        say(f"ablation -> distribution painted: 1 panel built {row['one_panel']['ms']} ms, "
+            f"{row['all_panels']['panels_built']} panels built {row['all_panels']['ms']} ms (ratio {row['ratio']}); "
+            f"tasks from hidden panels per change: {row['all_panels']['hidden_tasks_per_change']}")
+        rows.append(row)
+        if args.json:
+            print(json.dumps(rows))
+        runner.wait_all(5000)
+        return 0
     if args.train:
         from explorer.benches.training import run as bench_training
 

@@ -24,7 +24,7 @@ from PySide6.QtCore import QObject, Signal
 
 from explorer.views.attention.panel import AttentionPanel
 from explorer.controllers.base import PanelController
-from explorer.controllers.views import AttentionView
+from explorer.views.attention.protocol import AttentionView
 from explorer.controllers.live import LiveRequest
 
 log = logging.getLogger("explorer.attention")
@@ -109,8 +109,7 @@ class AttentionController(PanelController[AttentionView]):
             return session.attention.capture(text, full_layers=(layer,), thumb_size=thumb, prepend_bos=bos)
 
         self.view.set_status("computing…")
-        self.submit(TASK_KEY, work, on_result=self._on_result, on_error=self._on_error, on_finished=done)
-        return True
+        return self.submit(TASK_KEY, work, on_result=self._on_result, on_error=self._on_error, on_finished=done) > 0
 
     def select_head(self, layer: int, head: int) -> None:
         self.selected = (layer, head)

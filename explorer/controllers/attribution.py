@@ -22,7 +22,7 @@ from explorer.views.attribution.panel import AttributionPanel, Pick
 from explorer.controllers.context import ABLATION_TASK
 from explorer.session.events import ModelSwapped
 from explorer.controllers.base import PanelController
-from explorer.controllers.views import AttributionView
+from explorer.views.attribution.protocol import AttributionView
 from explorer.controllers.live import LiveRequest
 
 log = logging.getLogger("explorer.attribution")
@@ -39,6 +39,7 @@ class AttributionController(PanelController[AttributionView]):
     censusDrawn = Signal(object)
     view_class = AttributionPanel
     task_keys = tuple(KEYS.values())
+    background_keys = (KEYS["patch"],)  # a patching run the user started goes on behind another tab
 
     def __init__(self, ctx, view: AttributionView, parent: QObject | None = None, debounce_ms: int = DEBOUNCE_MS):
         super().__init__(ctx, view, parent)
@@ -114,8 +115,8 @@ class AttributionController(PanelController[AttributionView]):
 
         self.view.set_status("computing…")
         self.view.set_message("")  # a new question: the last complaint no longer applies
-        self.submit(KEYS["dla"], work, on_result=self._on_result, on_error=self._on_error, on_finished=done)
-        return True
+        return self.submit(KEYS["dla"], work, on_result=self._on_result, on_error=self._on_error,
+                           on_finished=done) > 0
 
     def _on_result(self, result) -> None:
         self.result = result

@@ -14,6 +14,15 @@ that what is on screen is out of date. The base implementation does both steps i
 says whether shapes may have changed) then `refresh()` (recompute if the panel recomputes
 by itself) — so a controller only says *how* to clear and *how* to recompute, and cannot
 forget either.
+
+A panel computes only while it is shown. The window tells each built panel whether it is in
+front (`set_shown`); a hidden panel still runs `invalidate(event)` (cheap: it clears or marks
+what is drawn) but not `refresh()`, and remembers that it is stale; when it is shown again it
+catches up with one `refresh()`, its last result on screen under the out-of-date mark until
+the new one lands. `submit` enforces it: a hidden panel's work is not started (the panel is
+marked stale instead), except under the keys it names in `background_keys` — work the user
+started that goes on behind another tab (a generation, a patching run, following a training).
+So the cost of a change does not grow with the number of panels ever opened.
 """
 from __future__ import annotations
 
@@ -24,12 +33,14 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QFileDialog, QVBoxLayout, QWidget
 
 from explorer.controllers.context import PanelContext
-from explorer.shell.errors import Explanation
+from explorer.controllers.errors import Explanation
 from explorer.session.events import MODEL_CHANGED, ModelSwapped  # noqa: F401 - MODEL_CHANGED: the cleared text
 
 log = logging.getLogger("explorer")
 
-ViewT = TypeVar("ViewT")  # the view's protocol (explorer/controllers/views.py)
+ViewT = TypeVar("ViewT")  # the view's protocol (explorer/views/<panel>/protocol.py)
+
+_shown_at_build = [True]  # PanelPage says whether the panel it builds starts in front (GUI thread only)
 
 
 class PanelController(QObject, Generic[ViewT]):
@@ -41,20 +52,25 @@ class PanelController(QObject, Generic[ViewT]):
 
     dataReady = Signal()  # once, after the first real data (or the reason there is none) is drawn
     view_class: type[QWidget] | None = None
+    view_args: tuple = ()  # what `view_class` is constructed with (plain values: no session, no ctx)
     task_keys: tuple[str, ...] = ()  # runner keys this panel submits under (cancelled on shutdown)
+    background_keys: tuple[str, ...] = ()  # of those, the ones that may run while the panel is hidden
     view: ViewT
 
     def __init__(self, ctx: PanelContext, view: ViewT, parent: QObject | None = None):
         super().__init__(parent)
         self.ctx, self.view = ctx, view
         self._ready_sent = False
+        self._shown = _shown_at_build[-1]  # a panel outside a window (unit tests) is in front
+        self._stale = False  # a change arrived while hidden: refresh when shown
+        self._own_states: dict[str, int] = {}  # see while_unchanged()
         ctx.signals.event.connect(self.on_session_event)
 
     @classmethod
     def make_view(cls, ctx: PanelContext) -> QWidget:
         if cls.view_class is None:
-            raise TypeError(f"{cls.__name__} must set view_class or override make_view")
-        return cls.view_class()
+            raise TypeError(f"{cls.__name__} must set view_class")
+        return cls.view_class(*cls.view_args)
 
     # -- the contract (the window calls these) ---------------------------------------------------
     @property
@@ -73,16 +89,42 @@ class PanelController(QObject, Generic[ViewT]):
             self.on_settings_changed(event)
 
     def on_model_changed(self, event: ModelSwapped) -> None:
-        """The session holds a new model: clear what belongs to the old one, recompute."""
+        """The session holds a new model: clear what belongs to the old one, recompute (when shown)."""
         self.invalidate(event)
         if self.ctx.session is not None and self.ctx.session.has_model:
-            self.refresh()
+            self.refresh_when_shown()
 
     def on_settings_changed(self, event) -> None:
         """Same model, other numbers (ablation, a session setting, a training step shown):
-        mark what is drawn out of date, recompute."""
+        mark what is drawn out of date, recompute (when shown)."""
         self.invalidate(event)
-        self.refresh()
+        self.refresh_when_shown()
+
+    # -- shown or hidden (the window says) ---------------------------------------------------------
+    @property
+    def is_shown(self) -> bool:
+        """The panel is in front (a hidden one marks itself stale instead of computing)."""
+        return self._shown
+
+    @property
+    def stale(self) -> bool:
+        """A change arrived while the panel was hidden; it recomputes when shown."""
+        return self._stale
+
+    def set_shown(self, shown: bool) -> None:
+        """The window put this panel in front (True) or behind another tab (False)."""
+        was, self._shown = self._shown, bool(shown)
+        if self._shown and not was and self._stale:
+            self._stale = False
+            self.refresh()
+
+    def refresh_when_shown(self) -> None:
+        """`refresh()` now if the panel is in front, else once it is shown."""
+        if self._shown:
+            self._stale = False
+            self.refresh()
+        else:
+            self._stale = True
 
     def invalidate(self, event) -> None:
         """Clear what is drawn, or mark it out of date, saying `event.reason`. Must be overridden
@@ -123,9 +165,26 @@ class PanelController(QObject, Generic[ViewT]):
         its result (or error) is dropped if the session moved on before it arrived, so no
         controller compares versions by hand. Work that does not depend on the whole state, or
         changes it itself, says what it does depend on with `still_current`: `ctx.model_now()`,
-        `any_state` (explorer/controllers/context.py), or its own predicate (reading a run
-        folder, showing a training step: "the same run is still followed")."""
+        `any_state` (explorer/controllers/context.py), or `self.while_unchanged(name)` (a state
+        of the panel's own: the run followed, the request made).
+
+        A hidden panel starts nothing (see the module docstring): the call returns 0, no
+        callback runs, and the panel recomputes when shown; keys in `background_keys` run."""
+        if not self._shown and key not in self.background_keys:
+            self._stale = True
+            return 0
         return self.ctx.submit(key, work, still_current=still_current, **callbacks)
+
+    def while_unchanged(self, name: str):
+        """A `still_current` predicate for a state of the panel's own (not the session's): True
+        until `move_on(name)` is called. The predicate holds a dict, not the controller."""
+        states = self._own_states
+        mark = states.setdefault(name, 0)
+        return lambda: states.get(name) == mark
+
+    def move_on(self, name: str) -> None:
+        """The panel's own state `name` changed: work asked for the old one is dropped on arrival."""
+        self._own_states[name] = self._own_states.get(name, 0) + 1
 
     # -- exports: the one entry point ---------------------------------------------------------------
     FILE_FILTERS = {"png": "PNG image (*.png)", "svg": "SVG image (*.svg)", "csv": "CSV (*.csv)",
@@ -165,13 +224,17 @@ class PanelPage(QWidget):
     dataReady = Signal()
 
     def __init__(self, ctx: PanelContext, controller_class: type[PanelController], parent: QWidget | None = None,
-                 **controller_options):
+                 shown: bool = True, **controller_options):
         super().__init__(parent)
         self.view = controller_class.make_view(ctx)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.view)
-        self.controller = controller_class(ctx, self.view, parent=self, **controller_options)
+        _shown_at_build.append(shown)  # a panel built behind another tab starts nothing until shown
+        try:
+            self.controller = controller_class(ctx, self.view, parent=self, **controller_options)
+        finally:
+            _shown_at_build.pop()
         self.controller.dataReady.connect(self.dataReady)
         if ctx.prompt is not None:  # --prompt: the one entry point for a prompt (controllers never read ctx.prompt)
             self.controller.set_prompt(ctx.prompt)
@@ -185,6 +248,9 @@ class PanelPage(QWidget):
 
     def shutdown(self) -> None:
         self.controller.shutdown()
+
+    def set_shown(self, shown: bool) -> None:
+        self.controller.set_shown(shown)
 
     def focus_form(self) -> None:
         self.controller.focus_form()

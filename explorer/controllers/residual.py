@@ -15,10 +15,12 @@ import os
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from gptcore.model.init import INIT_SCHEMES
+
 from explorer.views.residual.panel import ResidualPanel
 from explorer.controllers.base import PanelController
 from explorer.controllers.context import any_state
-from explorer.controllers.views import ResidualView
+from explorer.views.residual.protocol import ResidualView
 
 
 TASK_KEY = "residual"
@@ -63,19 +65,16 @@ def reference_label(name: str, status_word: str) -> str:
 class ResidualController(PanelController[ResidualView]):
     drawn = Signal(str, object)  # (view, the session result drawn): tests record frames
     task_keys = (TASK_KEY, REFERENCE_KEY)
+    background_keys = (TASK_KEY,)  # a sweep the user started goes on behind another tab
 
-    @classmethod
-    def make_view(cls, ctx) -> ResidualPanel:
-        from gptcore.model.init import INIT_SCHEMES
-
-        view = ResidualPanel(INIT_SCHEMES)
-        view.set_shape(*START_SHAPE)
-        view.set_log_y(True)  # growth is multiplicative: log y shows every scheme
-        return view
+    view_class = ResidualPanel
+    view_args = (INIT_SCHEMES,)
 
     def __init__(self, ctx, view: ResidualView, parent: QObject | None = None, autorun: bool = True):
         super().__init__(ctx, view, parent)
         panel = view
+        view.set_shape(*START_SHAPE)
+        view.set_log_y(True)  # growth is multiplicative: log y shows every scheme
         self.results: dict[str, object] = {}  # view -> last result drawn
         self.last_settings: dict[str, dict] = {}
         self.probe_bases: dict[str, dict] = {}  # view -> the model-derived config the sweep ran on
@@ -153,9 +152,9 @@ class ResidualController(PanelController[ResidualView]):
                     def report(done, _total, message, offset=i * steps):
                         progress(offset + done, steps * len(runs), message)
 
-                    if view == "norms":
+                    if view == "norms":  # the loaded model's own curve is its own task (_measure_reference)
                         results.append(session.residual.norms(metric=settings["metric"], progress=report,
-                                                              cancel=token, with_model=(i == 0), **kw))
+                                                              cancel=token, with_model=False, **kw))
                     else:
                         results.append(session.residual.gradients(quantity=settings["quantity"], progress=report,
                                                              cancel=token, **kw))
@@ -174,10 +173,9 @@ class ResidualController(PanelController[ResidualView]):
         self.view.set_progress(0, steps * len(runs), "starting")
         self._set_status(view, f"Measuring {describe(settings)}…")
         # The random-init sweep does not depend on the loaded model (any_state), so a swap mid-sweep
-        # keeps it; only its reference curve is judged by `measured_on`.
+        # keeps it; the loaded model's own curve is measured after it, under the one stale rule.
         self.submit(TASK_KEY, work, still_current=any_state,
-                    on_result=lambda r, measured_on=self.state_now(): self._on_result(
-                        view, settings, r, base, measured_on),
+                    on_result=lambda r: self._on_result(view, settings, r, base),
                     on_error=self._on_error, on_progress=self.view.set_progress, on_finished=self._on_finished)
 
     def _probe_base(self, settings: dict) -> dict:
@@ -213,10 +211,13 @@ class ResidualController(PanelController[ResidualView]):
         if not session.has_model or session.info.status_word == "untrained":
             return
 
+        text = settings.get("text", "").strip()
+        tokens = [session.encode(text)[: settings["length"]]] if text else None
+
         def work(token, _progress):
             token.raise_if_cancelled()
             return session.residual.model_curve(batch=settings["batch"], length=settings["length"],
-                                                seed=settings["seeds"][0], metric=settings["metric"])
+                                                seed=settings["seeds"][0], metric=settings["metric"], tokens=tokens)
 
         def done(ref):  # only called while the model it was measured on is loaded (the one stale rule)
             if ref is not None:
@@ -231,10 +232,9 @@ class ResidualController(PanelController[ResidualView]):
             self.run()
 
     # -- results -------------------------------------------------------------------------------
-    def _on_result(self, view: str, settings: dict, results: list, base: dict | None = None,
-                   measured_on=None) -> None:
+    def _on_result(self, view: str, settings: dict, results: list, base: dict | None = None) -> None:
         """The sweep (random-init models) stays valid across a model swap; the loaded model's own
-        curve in it only while `measured_on()` (the state the request was made in) holds."""
+        curve is measured next, for the model loaded now (`_measure_reference`)."""
         result, other = results[0], (results[1] if len(results) > 1 else None)
         curves = result.curves
         self.results[view] = result
@@ -253,15 +253,8 @@ class ResidualController(PanelController[ResidualView]):
                               comparison=None if other is None else other.curves.values,
                               comparison_label=("without" if settings["residual"] else "with") + " residual connections")
         if view == "norms":
-            current = measured_on is None or measured_on()
-            if result.reference is not None and current:
-                x = [i / 2 for i in range(len(result.reference))]
-                self.view.set_reference(x, result.reference, reference_label(result.reference_name,
-                                                                             self.ctx.session.info.status_word))
-            else:
-                self.view.set_reference(None)
-                if not current:  # the model changed mid-sweep: its reference was measured on the old one
-                    self._measure_reference(settings)
+            self.view.set_reference(None)
+            self._measure_reference(settings)
         steps = len(curves.schemes) * len(curves.seeds) * len(results)
         elapsed = sum(r.elapsed_s for r in results)
         twice = " × 2 residual settings" if other is not None else ""

@@ -1,15 +1,22 @@
 """The panels of the main window, one `PanelSpec` per tab, in tab order.
 
-How to add a panel (say "foo"):
-1. `explorer/views/foo/panel.py` — the view: a QWidget with `set_*` methods taking plain values
-   and numpy arrays, emitting intent signals; no torch, no gptcore, no session.
-2. `explorer/controllers/foo.py` — `FooController(PanelController)` with `view_class = FooPanel`:
-   wires the view's signals to the session through `ctx.runner`, overrides the contract members it
-   needs (`invalidate`, `refresh`, `set_prompt`…; see controllers/base.py) and reports every error
-   through `self.report_error(exc, title)`.
-3. One line below: `PanelSpec("foo", "Foo", "Ctrl+7", "foo:FooController")`.
-(4. A `Session` method returning a frozen dataclass from explorer/session/results.py, if it computes something new.)
-The window, the View menu, `--panel foo` and screenshot mode pick it up from here.
+How to add a panel (say "foo"), the files it touches:
+1. `explorer/views/foo/panel.py` — the view, `FooPanel(QWidget)`: `set_*` methods taking plain values and
+   numpy arrays, intent signals out; no torch, no gptcore, no session (tests/test_layers.py).
+   Beside it, `explorer/views/foo/protocol.py` — `FooView(Protocol)`: every signal and method the
+   controller may use (tests/explorer/test_view_protocols.py holds both sides to it).
+2. `explorer/controllers/foo.py` — `FooController(PanelController[FooView])` with `view_class = FooPanel`
+   (and `view_args` if it takes plain construction values): `invalidate(event)` clears or marks what is
+   drawn, `refresh()` recomputes (a live panel: `self.live.now()` through a `LiveRequest`), every task
+   goes through `self.submit(key, work, …)` (the one stale rule; a hidden panel starts nothing, except
+   the keys in `background_keys`), every error through `self.report_error(exc, title)`. A task's
+   `work` takes the session and plain values, never the controller or a widget (runtime/task_check.py).
+3. One line below: `PanelSpec("foo", "Foo", "Ctrl+9", "foo:FooController")`.
+4. If it computes something new: `explorer/session/foo.py` — `FooDomain(core)` returning frozen dataclasses
+   (explorer/session/results.py or its own results module), `forget()` for what it keeps per state, and
+   one line in `DOMAINS` in explorer/session/core.py.
+Plus its tests, and its scenario in tests/explorer/test_stale_state.py (that test fails for a panel
+without one). The window, the View menu, `--panel foo` and screenshot mode follow from the line in 3.
 
 Controllers are imported when their tab is first shown, so starting the app loads no panel code.
 """
@@ -36,10 +43,10 @@ class PanelSpec:
         module, _, cls = self.controller.partition(":")
         return getattr(importlib.import_module(f"explorer.controllers.{module}"), cls)
 
-    def build(self, ctx: "PanelContext") -> "PanelPage":
+    def build(self, ctx: "PanelContext", shown: bool = True) -> "PanelPage":
         from explorer.controllers.base import PanelPage
 
-        return PanelPage(ctx, self.controller_class())
+        return PanelPage(ctx, self.controller_class(), shown=shown)
 
 
 PANELS: list[PanelSpec] = [

@@ -2,8 +2,9 @@
 status bar and banner (status_bar.py) and the model-loading actions (model_loading.py).
 
 Panels are built lazily, the first time their tab is shown (and, for panels that need a
-model, once the first model is ready), so the window paints at once and only the
-panel in view does work. The window follows the session's events like every panel does
+model, once the first model is ready), so the window paints at once; after that only the
+panel in front computes: the window tells every built panel whether it is shown, and a hidden
+one only marks itself stale (controllers/base.py). The window follows the session's events like every panel does
 (`ctx.signals`): after a model swap it updates its status bar, banner and title and builds
 the panel in view; after an ablation change it shows the ablation. It never tells panels:
 each one follows the session itself (controllers/base.py).
@@ -54,9 +55,9 @@ class _PanelSlot(QWidget):
         self._waiting.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self._stack.addWidget(self._waiting)
 
-    def build(self, ctx: PanelContext) -> "PanelPage":
+    def build(self, ctx: PanelContext, shown: bool = True) -> "PanelPage":
         if self.panel is None:
-            self.panel = self.spec.build(ctx)
+            self.panel = self.spec.build(ctx, shown)
             self._stack.addWidget(self.panel)
             self._stack.setCurrentWidget(self.panel)
         return self.panel
@@ -169,7 +170,7 @@ class MainWindow(ModelLoading, QMainWindow):
         slot = self._slots[name]
         ready = self.session is not None and (self.session.has_model or not slot.spec.needs_model)
         if slot.panel is None and create and ready:
-            slot.build(self.ctx)
+            slot.build(self.ctx, shown=name == self.current_panel_name())
         return slot.panel
 
     def show_panel(self, name: str) -> "PanelPage | None":
@@ -180,7 +181,13 @@ class MainWindow(ModelLoading, QMainWindow):
         return self.tabs.currentWidget().spec.name
 
     def _ensure_current_built(self, *_):
-        self.panel(self.current_panel_name())
+        """The panel in front is built, told it is shown, and every other built panel that it is
+        hidden (it computes nothing until shown again: controllers/base.py)."""
+        current = self.current_panel_name()
+        self.panel(current)
+        for name, slot in self._slots.items():
+            if slot.panel is not None:
+                slot.panel.set_shown(name == current)
 
     def open_run(self, path: str | None = None) -> None:
         """File → Open run… (a folder dialog) or --run DIR: the Train panel follows the run."""

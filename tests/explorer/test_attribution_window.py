@@ -21,8 +21,9 @@ def test_ctrl_5_shows_the_panel(window, attribution):
 
 
 def test_ablation_shows_in_the_status_bar_and_reset_restores_every_panel(qtbot, window, attribution, tiny_session):
-    attention = window.panel("attention")  # built: it must hear about the ablation too
+    attention = window.show_panel("attention")  # built, then behind the Attribution tab: it must catch up
     qtbot.waitUntil(lambda: attention.controller.result is not None, timeout=WAIT)
+    window.show_panel("attribution")
     label = window.status_bar.ablation_label
     assert not label.isVisible()
     for layer, head in ((0, 1), (1, 2), (1, 3)):
@@ -30,12 +31,16 @@ def test_ablation_shows_in_the_status_bar_and_reset_restores_every_panel(qtbot, 
             attribution.view.heads.cellClicked.emit(layer, head)
     assert tiny_session.interp.ablation.heads == ((0, 1), (1, 2), (1, 3))
     assert label.isVisible() and label.text().startswith("3 heads ablated · ") and "Reset" in label.text()
+    assert attention.controller.stale and attention.controller.result is None  # hidden: cleared, nothing run
+    window.show_panel("attention")  # shown: it recomputes for the ablated model
     qtbot.waitUntil(lambda: attention.controller.result is not None
                     and attention.controller.result.version == tiny_session.version, timeout=WAIT)
     assert attention.view.grid.ablated == ((0, 1), (1, 2), (1, 3))
+    window.show_panel("attribution")
     with qtbot.waitSignal(attribution.controller.drawn, timeout=WAIT):
         label.linkActivated.emit("reset")
     assert not tiny_session.interp.ablation.active and not label.isVisible()
+    window.show_panel("attention")
     qtbot.waitUntil(lambda: attention.controller.result is not None
                     and attention.controller.result.version == tiny_session.version, timeout=WAIT)
     assert attention.view.grid.ablated == ()
