@@ -21,7 +21,7 @@ from explorer.views.config.panel import ConfigPanel
 from explorer.views.config.param_readout import ComponentRow, ParamReadout
 from explorer.runtime.workers import MODEL_TASK
 from explorer.controllers.base import PanelController
-from explorer.controllers.views import ConfigView
+from explorer.views.config.protocol import ConfigView
 
 PRESET_ORDER = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilgpt2")
 SETTINGS_KEY = "config_panel"

@@ -1,6 +1,6 @@
 """Debounce + one in flight, for the panels that recompute while the user types.
 
-Why one helper: Attention, Attribution and Generation each follow a text box live, and
+Why one helper: Attention, Attribution, Generation and Routes each follow a text box live, and
 each had its own copy of the same three rules (a single-shot timer, an `_in_flight` flag,
 a `_dirty` flag), with small differences nobody chose. The rules:
 - an edit (`poke`) restarts a single-shot timer; only its timeout computes, so a burst of

@@ -13,15 +13,14 @@
 from __future__ import annotations
 
 import logging
-import re
 
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from explorer.controllers.base import PanelController
-from explorer.controllers.views import RoutesView
+from explorer.views.routes.protocol import RoutesView
 from explorer.controllers.live import LiveRequest
-from explorer.session.events import ModelSwapped, TrainingStepShown
+from explorer.session.events import ModelSwapped
 from explorer.views.routes.panel import RoutesPanel
 
 log = logging.getLogger("explorer.routes")
@@ -37,6 +36,7 @@ class RoutesController(PanelController[RoutesView]):
     drawn = Signal(object)  # the RouteGraph just drawn (tests and the bench record every frame)
     view_class = RoutesPanel
     task_keys = (TASK_KEY, "routes-node", "routes-edge", "routes-rank", "routes-training")
+    background_keys = ("routes-rank",)  # a ranking the user started (L × H × 2 forwards) goes on when hidden
 
     def __init__(self, ctx, view: RoutesView, parent: QObject | None = None, debounce_ms: int = DEBOUNCE_MS):
         super().__init__(ctx, view, parent)
@@ -44,8 +44,6 @@ class RoutesController(PanelController[RoutesView]):
         self.result = None  # the RoutesResult whose graph is on screen
         self.graph = None  # the RouteGraph on screen
         self.computed = 0  # contributions computed (tests: a threshold move must not add one)
-        info = ctx.session.info if ctx.session is not None else None
-        self._step = step_of(getattr(info, "provenance", ""))  # the training step shown (over-training marker)
         self._training_asked = False
         self._ranking = False  # a head ranking is in flight
         self.live = LiveRequest(self._start, debounce_ms, parent=self)
@@ -74,10 +72,7 @@ class RoutesController(PanelController[RoutesView]):
         """A model swap clears (other shape, other tokens); anything else marks the graph out of date
         until the recompute it triggers is drawn (an edge test or ranking of the old state goes)."""
         self._training_asked = False
-        if isinstance(event, TrainingStepShown):
-            self._step = event.step
         if isinstance(event, ModelSwapped):
-            self._step = step_of(getattr(event.new, "provenance", ""))
             self.result = self.graph = None
             self.view.clear_results(event.reason)
             return
@@ -109,7 +104,8 @@ class RoutesController(PanelController[RoutesView]):
             return session.routes.compute(text)
 
         self.view.set_status("computing routes…")
-        self.submit(TASK_KEY, work, on_result=self._on_result, on_error=self._on_error, on_finished=done)
+        if not self.submit(TASK_KEY, work, on_result=self._on_result, on_error=self._on_error, on_finished=done):
+            return False
         self._ask_training()
         return True
 
@@ -206,7 +202,9 @@ class RoutesController(PanelController[RoutesView]):
         if self._training_asked:
             return
         self._training_asked = True
-        session, step = self.ctx.session, self._step
+        session = self.ctx.session
+        run = session.info.run  # the typed fact: which run and step the weights are (None: not a run's)
+        step = run.step if run is not None else None
 
         def show(over) -> None:
             if over is None:
@@ -252,8 +250,3 @@ class RoutesController(PanelController[RoutesView]):
                 "npz": "routes-contributions.npz"}[kind]
         self.export_with_dialog(name, self._writer(kind), self.view.set_error)
 
-
-def step_of(provenance: str) -> int | None:
-    """'weights of step 1,200 of the training run in …' -> 1200 (None for any other model)."""
-    m = re.search(r"weights of step ([\d,]+) of the training run", provenance or "")
-    return int(m[1].replace(",", "")) if m else None

@@ -1,12 +1,19 @@
 """Train controller: starts `python -m gptcore.train` as a child, follows its run folder, and puts
 the step the user scrubs to into the session so every other panel shows the model as it was then.
 
-It only wires its view (the `TrainView` protocol, explorer/controllers/views.py) to the session's
+It only wires its view (the `TrainView` protocol, explorer/views/train/protocol.py) to the session's
 training domain (`session.training`, explorer/session/training.py) and the child process
 (explorer/runtime/train_process.py). Following: opening a run folder reads its whole trace once in
-a worker (a finished run's trace can be megabytes); after that a QTimer polls every POLL_MS on the
-GUI thread, which reads only what was appended since (a few KB). A folder deleted or damaged while
-followed shows the reader's message above the charts and keeps them.
+a task (a finished run's trace can be megabytes); after that a QTimer asks every POLL_MS for a poll
+task (one at a time), which reads only what was appended since (a few KB) on the compute thread;
+the charts are drawn from the follower on the GUI thread under its lock. The follower is the
+session's (`session.training` keeps one per run folder), so Routes reads the same records. A
+folder deleted or damaged while followed shows the reader's message above the charts and keeps
+them. Behind another tab the panel keeps following (the latest step may move every panel's model)
+but draws its charts only when shown.
+
+Opening a run (--run, File → Open run…) or starting one puts its latest kept step into the session
+while "latest" is ticked, so the status bar, badge and banner describe the run from the start.
 
 Scrubbing: a step's weights load in a worker under one runner key, so a fast drag keeps only the
 last step; the session then announces a TrainingStepShown (or a ModelSwapped, the first time) and
@@ -18,17 +25,21 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QFileDialog
 
+from gptcore.model.init import INIT_SCHEMES
+
 from explorer.controllers.base import PanelController
 from explorer.controllers.train_settings import (command_settings, form_defaults, induction_preset_available,
                                                  preset_values, rate_text, run_form_values, run_state_word)
-from explorer.controllers.views import TrainView
+from explorer.views.train.protocol import TrainView
 from explorer.runtime.train_process import TrainProcess
 from explorer.session.events import ModelSwapped
 from explorer.session.training import is_run_model, step_name
 from explorer.session.training_runs import RunFollower, RunFollowError, new_run_dir, remember_run
+from explorer.views.train.panel import TrainPanel
 
 POLL_MS = 500
 OPEN_KEY = "train-open"
+POLL_KEY = "train-poll"
 STEP_KEY = "train-step"
 USE_KEY = "train-use"
 CENSUS_SHOWN = ("previous_token", "induction", "position_copy")
@@ -36,21 +47,15 @@ SHAPE_FIELDS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "dropout")
 
 
 class TrainController(PanelController[TrainView]):
-    task_keys = (OPEN_KEY, STEP_KEY, USE_KEY)
-
-    @classmethod
-    def make_view(cls, ctx) -> TrainView:
-        from gptcore.model.init import INIT_SCHEMES
-
-        from explorer.views.train.panel import TrainPanel
-
-        view = TrainPanel(INIT_SCHEMES)
-        view.set_form_values(form_defaults("cpu"))
-        view.set_corpora({"induction": induction_preset_available()})
-        return view
+    view_class = TrainPanel
+    view_args = (INIT_SCHEMES,)
+    task_keys = (OPEN_KEY, POLL_KEY, STEP_KEY, USE_KEY)
+    background_keys = task_keys  # following a run goes on behind other tabs (it is what moves the model)
 
     def __init__(self, ctx, view: TrainView, parent: QObject | None = None):
         super().__init__(ctx, view, parent)
+        view.set_form_values(form_defaults("cpu"))
+        view.set_corpora({"induction": induction_preset_available()})
         self.follower: RunFollower | None = None
         self.process = TrainProcess(self)
         self.process.finished.connect(self._process_finished)
@@ -61,7 +66,8 @@ class TrainController(PanelController[TrainView]):
         self._exit: int | None = None  # the exit status of the child that wrote the followed run
         self._stopping = False
         self._step_wanted: tuple[str, int] | None = None  # the step asked for last (loading, or shown)
-        self._run_id = 0  # one more for each run started or opened: an older open's result is dropped
+        self._polling = False  # a poll task is in flight
+        self._charts_stale = False  # the follower changed while the panel was hidden
         self.timer = QTimer(self)
         self.timer.setInterval(POLL_MS)
         self.timer.timeout.connect(self.poll)
@@ -89,7 +95,7 @@ class TrainController(PanelController[TrainView]):
             self.view.set_message(str(exc))
             return
         out_dir = new_run_dir()
-        self._run_id += 1
+        self.move_on("run")
         try:
             out_dir.parent.mkdir(parents=True, exist_ok=True)
             self.process.start(str(out_dir), settings)
@@ -99,6 +105,7 @@ class TrainController(PanelController[TrainView]):
         self._exit, self._stopping = None, False
         self.view.set_running(True)
         self._follow(self.ctx.session.training.follow(out_dir))
+        self.follow_session = True  # its steps become every panel's model as they are kept (while "latest")
         self.view.set_status(f"starting: {' '.join(self.process.command[1:])}")
 
     def start_with(self, overrides: dict) -> None:
@@ -154,9 +161,9 @@ class TrainController(PanelController[TrainView]):
             if not path:
                 return
         self.view.set_status(f"reading {path}…")
-        training, self._run_id = self.ctx.session.training, self._run_id + 1
-        run_id = self._run_id
-        self.submit(OPEN_KEY, lambda token, progress: training.open(path), still_current=lambda: self._run_id == run_id,
+        training = self.ctx.session.training
+        self.move_on("run")
+        self.submit(OPEN_KEY, lambda token, progress: training.open(path), still_current=self.while_unchanged("run"),
                     on_result=self._opened, on_error=lambda exc: self._open_failed(path, exc))
 
     def _opened(self, follower: RunFollower) -> None:
@@ -166,6 +173,9 @@ class TrainController(PanelController[TrainView]):
         if self.follower is None or follower.root != self.follower.root:
             self._exit = None
         self._follow(follower)
+        if self.view.follows_latest():  # opening a run shows it: its latest kept step in every panel
+            self.follow_session = True
+            self.draw()
 
     def _open_failed(self, path, exc: BaseException) -> None:
         text = str(exc) if isinstance(exc, (RunFollowError, ValueError, OSError)) else self.report_error(
@@ -188,15 +198,23 @@ class TrainController(PanelController[TrainView]):
         self.mark_ready()
 
     def poll(self) -> None:
+        """Ask for what the run wrote since the last poll: read on the compute thread (one poll in
+        flight at a time), drawn here when it arrives."""
         follower = self.follower
-        if follower is None:
+        if follower is None or self._polling:
             return
-        try:
-            changed = follower.poll()
-        except RunFollowError as exc:
-            self.timer.stop()
-            self.view.set_message(str(exc))
-            self.view.set_status(f"no longer following {follower.root}")
+        self._polling = True
+        training = self.ctx.session.training
+
+        def done() -> None:
+            self._polling = False
+
+        self.submit(POLL_KEY, lambda token, progress: training.poll(follower), still_current=self.while_unchanged("run"),
+                    on_result=lambda changed: self._polled(follower, changed),
+                    on_error=lambda exc: self._poll_failed(follower, exc), on_finished=done)
+
+    def _polled(self, follower: RunFollower, changed: bool) -> None:
+        if follower is not self.follower:
             return
         if changed:
             self.draw()
@@ -204,16 +222,39 @@ class TrainController(PanelController[TrainView]):
             self.timer.stop()
             self.draw()
 
+    def _poll_failed(self, follower: RunFollower, exc: BaseException) -> None:
+        if follower is not self.follower:
+            return
+        self.timer.stop()
+        self.view.set_message(str(exc) if isinstance(exc, RunFollowError)
+                              else self.report_error(exc, "Following the run failed").inline)
+        self.view.set_status(f"no longer following {follower.root}")
+
     # -- drawing ----------------------------------------------------------------------------------------
     def scheme(self) -> str:
         f = self.follower
         shown = self.view.shown_scheme()
         return shown if f and shown in f.series else (f.schemes[0] if f and f.schemes else "")
 
+    def refresh(self) -> None:
+        """Shown again after the run moved on behind another tab: draw what it wrote meanwhile."""
+        self.draw()
+
     def draw(self) -> None:
-        f, view = self.follower, self.view
+        """The run's charts and state (only while shown: behind another tab the panel is marked
+        stale and draws when shown), and its latest step into the session while "latest" is ticked."""
+        f = self.follower
         if f is None:
             return
+        with f.lock:  # a poll task may be reading into it on the compute thread
+            if self.is_shown:
+                self._draw_view(f)
+            else:
+                self._stale = True
+            self._follow_latest(f)
+
+    def _draw_view(self, f: RunFollower) -> None:
+        view = self.view
         self._draw_charts(f)
         state = self.state_word()
         p = self.process
@@ -225,7 +266,11 @@ class TrainController(PanelController[TrainView]):
         kept = f.kept_steps(scheme)
         view.set_steps(kept, scheme)
         view.set_run_loaded(bool(kept) or f.ckpt_path(scheme) is not None)
-        if self.follow_session and view.follows_latest() and kept and (
+
+    def _follow_latest(self, f: RunFollower) -> None:
+        scheme = self.scheme()
+        kept = f.kept_steps(scheme)
+        if self.follow_session and self.view.follows_latest() and kept and (
                 self.shown is None or self.shown[1:] != (scheme, kept[-1])) and self._step_wanted != (scheme, kept[-1]):
             self.choose_step(scheme, kept[-1])
 

@@ -5,13 +5,15 @@ domains that take the core explicitly and are called by name: `session.attention
 `session.generation` (generation.py), `session.residual` (residual.py), `session.interp`
 (interp.py: ablation, attribution, patching, census), `session.training` (training.py),
 `session.routes` (routes.py); getting a model (reading, drawing one) is models.py. The core
-never forwards to them: callers write `session.attention.capture(text)`.
+never forwards to them: callers write `session.attention.capture(text)`. The domains are one
+table, `DOMAINS` (a new panel's domain is one line there); `bump_version` walks it and calls each
+domain's `forget()` (what it kept for the old state: a prompt's keys and values, a census).
 
 Panels never touch torch: every domain takes plain Python values and returns frozen
 dataclasses of numpy arrays or plain values. That keeps the views testable without a
 model and lets the same calls run from a script.
 
-Threading rules (workers call these methods from pool threads):
+Threading rules (tasks call these methods on the compute thread, views on the GUI thread):
 - `lock` (an RLock) is held while the model runs. Hook points are shared module state,
   so two forwards at once would fire each other's hooks; long tasks (generation) take it
   per step so other panels can interleave between tokens.
@@ -46,6 +48,17 @@ from explorer.session.residual import ResidualDomain
 from explorer.session.routes import RoutesDomain
 from explorer.session.training import TrainingDomain
 
+# The session's domains, by the attribute they are called by: each takes the core, and may define
+# `forget()` (drop what it kept for the old state; bump_version calls it on every change).
+DOMAINS: dict[str, type] = {
+    "interp": Interpretability,
+    "attention": AttentionDomain,
+    "residual": ResidualDomain,
+    "generation": GenerationDomain,
+    "training": TrainingDomain,
+    "routes": RoutesDomain,
+}
+
 
 class Session:
     """Model + tokenizer + device, swapped atomically, and the domains that work on them; see the
@@ -63,13 +76,8 @@ class Session:
         self.version = 0 if model is None else 1
         self._tokenizer = None
         self.swap_pending = threading.Event()  # set while a load/build waits for the lock
-        # The domains, called by name (`session.attention.capture(...)`): one line each.
-        self.interp = Interpretability(self)
-        self.attention = AttentionDomain(self)
-        self.residual = ResidualDomain(self)
-        self.generation = GenerationDomain(self)
-        self.training = TrainingDomain(self)
-        self.routes = RoutesDomain(self)
+        for name, domain in DOMAINS.items():  # called by name: `session.attention.capture(...)`
+            setattr(self, name, domain(self))
 
     # -- basics --------------------------------------------------------------------------
     @property
@@ -172,10 +180,15 @@ class Session:
         with the version it returns): every result computed so far is stale, so the domains drop
         what they kept for the old state (the attention and routes prompt states, the head census)."""
         self.version += 1
-        self.attention.forget()  # holds the model's keys/values of the last prompt
-        self.routes.forget()  # likewise, for the routes of the last prompt
-        self.interp.forget_results()
+        self.forget()
         return self.version
+
+    def forget(self) -> None:
+        """Every domain drops what it kept for the state that is gone (DOMAINS, in order)."""
+        for name in DOMAINS:
+            forget = getattr(getattr(self, name), "forget", None)
+            if forget is not None:
+                forget()
 
     def settings_changed(self, what: str) -> int:
         """A setting every computation depends on changed (`what` names it for the views):
@@ -186,11 +199,13 @@ class Session:
         return version
 
     def adopt(self, model, *, name: str, source: str, provenance: str = "", tokenizer=None,
-              tokenizer_name: str = "GPT-2 (offline BPE)", trained: bool | None = True, note: str = "") -> ModelInfo:
+              tokenizer_name: str = "GPT-2 (offline BPE)", trained: bool | None = True, note: str = "",
+              run=None) -> ModelInfo:
         """Make `model` (built elsewhere: a training run's step, say) the session's model, with
-        its own tokenizer (None: GPT-2's). A model swap like load()."""
+        its own tokenizer (None: GPT-2's) and, for a run's step, its `RunStep`. A model swap like load()."""
         info = models.model_info(model, name=name, trained=trained, source=source, note=note,
                                  provenance=provenance, tokenizer=tokenizer_name)
+        info = dataclasses.replace(info, run=run)
         return self._swap(model, info, tokenizer=tokenizer)
 
     def show_training_step(self, state_dict: dict, step: int, name: str | None = None) -> int:

@@ -5,7 +5,7 @@ It takes the session core explicitly (`Interpretability(core)`, made by `Session
 it as `session.interp`) and uses only what the core offers every domain: `lock`, `model`,
 `version`, `bump_version()`, `events`, `swap_pending`, `require_model()`, `encode`,
 `token_strings`, `check_token_ids`. The core tells it when its model goes (`forget_model`, under
-the core's lock) or its version moves on (`forget_results`).
+the core's lock) or its version moves on (`forget`).
 
 Ablation is state, not a per-call option: the hooks that knock components out are attached
 to the loaded model itself while an ablation is set, so every computation of every panel
@@ -53,7 +53,7 @@ class Interpretability:
         self._detach_ablation()
         self._census = None
 
-    def forget_results(self) -> None:
+    def forget(self) -> None:
         """The version moved on (other weights, another ablation, a setting): the census is stale;
         the ablation stays."""
         self._census = None

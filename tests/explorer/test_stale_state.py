@@ -78,14 +78,38 @@ def _show_residual(qtbot, window, page) -> None:
     _quiet(qtbot, window)
 
 
-def _show_generic(qtbot, window, page) -> None:
-    """A panel without its own scenario yet: whatever it draws by itself, settled. (Give it one
-    above, with the texts it owns, when it shows model results.)"""
+def _show_routes(qtbot, window, page) -> None:
+    c, view = page.controller, page.view
+    qtbot.waitUntil(lambda: c.graph is not None, timeout=WAIT_MS)
     _quiet(qtbot, window)
+    assert "tokens" in view.status_label.text() and "→ predicts" in view.target_label.text()
+
+
+def _show_train(qtbot, window, page) -> None:
+    """A run followed and its latest step shown in the session (the Train panel's own texts)."""
+    from tests.explorer.test_train_panel import _fake_run
+
+    c = page.controller
+    root = window.ctx.file_path("")  # any folder: the test's home
+    from pathlib import Path
+
+    run = Path(root) / "stale-state-run"
+    _fake_run(run)
+    window.open_run(str(run))
+    qtbot.waitUntil(lambda: c.shown is not None and c.shown[2] == 20, timeout=WAIT_MS)
+    _quiet(qtbot, window)
+    assert "step 20 shown" in page.view.step_label.text()
+    assert window.session.info.run is not None and window.session.info.run.step == 20
 
 
 SHOW = {"attention": _show_attention, "generation": _show_generation, "attribution": _show_attribution,
-        "config": _show_config, "residual": _show_residual}
+        "config": _show_config, "residual": _show_residual, "routes": _show_routes, "train": _show_train}
+
+
+def test_every_panel_of_the_registry_has_its_own_scenario():
+    """A new panel is not done until this file says what it shows and what must hold after each event."""
+    missing = [spec.name for spec in PANELS if spec.name not in SHOW]
+    assert not missing, f"add a scenario (what it shows, what must hold after each event) for {missing}"
 
 
 def _after_swap(window, page, name: str, old_model: str) -> None:
@@ -115,6 +139,12 @@ def _after_swap(window, page, name: str, old_model: str) -> None:
         assert window.session.info.name in view.loaded_label.text()
     elif name == "residual":
         assert not any(old_model in n for n in view.curve_names())  # the old model's own curve is gone
+    elif name == "routes":
+        assert MODEL_CHANGED in view.status_label.text() and view.target_label.text() == ""
+        assert page.controller.graph is None  # the old prompt's graph is off screen
+    elif name == "train":
+        assert "another model is loaded" in view.step_label.text()  # not "step 20 shown" any more
+        assert window.banner.isHidden() or "Training run" not in window.banner.text()
 
 
 def _settled(qtbot, window, page, name: str) -> None:
@@ -132,6 +162,9 @@ def _settled(qtbot, window, page, name: str) -> None:
     elif name == "generation":
         qtbot.waitUntil(lambda: c.logits is not None and c.logits.version == window.session.version, timeout=WAIT_MS)
         assert view.chart.bar_labels() and view.chart.plot.getAxis("bottom").isVisible()
+    elif name == "routes":
+        qtbot.waitUntil(lambda: c.result is not None and c.result.version == window.session.version, timeout=WAIT_MS)
+        assert "computing" not in view.status_label.text() and "→ predicts" in view.target_label.text()
 
 
 def _after_ablation(window, page, name: str) -> None:
@@ -148,6 +181,8 @@ def _after_ablation(window, page, name: str) -> None:
             assert chart.drawn_marks() == []
     elif name == "config":
         assert window.session.info.name in view.loaded_label.text()  # an ablation is not a new model
+    elif name == "routes":
+        assert "ablation changed" in view.status_label.text()  # the graph is marked until the new one lands
 
 
 def _after_ablation_settled(qtbot, window, page, name: str) -> None:
@@ -156,6 +191,8 @@ def _after_ablation_settled(qtbot, window, page, name: str) -> None:
         assert page.view.heads.drawn_marks() == [(0, 1)]  # the cross is on the drawn map, where it belongs
     elif name == "attention":
         assert page.view.grid.ablated == ((0, 1),)
+    elif name == "routes":
+        assert page.view.ablation_badge.text().startswith("1 head ablated")
 
 
 def _after_setting(window, page, name: str) -> None:
@@ -172,7 +209,7 @@ def _after_setting(window, page, name: str) -> None:
 def test_every_panel_shows_only_current_state_through_swaps_ablation_and_settings(qtbot, window, name):
     session = window.session
     page = window.show_panel(name)
-    SHOW.get(name, _show_generic)(qtbot, window, page)
+    SHOW[name](qtbot, window, page)
 
     for shape, model_name in ((TWO_LAYER, "two-layer"), (LLAMA_STYLE, "llama-style")):
         old_model = session.info.name

@@ -1,6 +1,7 @@
-"""Views behind protocols (explorer/controllers/views.py): every view offers its protocol, every
-controller is typed against it (`PanelController[AttentionView]`) and touches nothing of its view
-outside it: no child widgets, also not through an alias (`v = self.view`, `form = self.view.form`)."""
+"""Views behind protocols (explorer/views/<panel>/protocol.py, beside the view): every panel of the
+registry has one, every view offers its protocol, every controller is typed against it
+(`PanelController[AttentionView]`) and touches nothing of its view outside it: no child widgets, also
+not through an alias (`v = self.view`, `form = self.view.form`)."""
 from __future__ import annotations
 
 import ast
@@ -10,9 +11,22 @@ from pathlib import Path
 
 import pytest
 
-from explorer.controllers.views import VIEW_PROTOCOLS
+from explorer.shell.registry import PANELS
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _protocols() -> dict:
+    """Panel name -> the Protocol in explorer/views/<name>/protocol.py named like its view."""
+    found = {}
+    for spec in PANELS:
+        module = importlib.import_module(f"explorer.views.{spec.name}.protocol")
+        found[spec.name] = next(v for k, v in vars(module).items()
+                                if k.endswith("View") and isinstance(v, type) and v.__module__ == module.__name__)
+    return found
+
+
+VIEW_PROTOCOLS = _protocols()
 VIEW_NAMES = ("view", "panel")  # what a controller may call its view (self.view, the `view` parameter)
 SIGNAL_USES = {"connect", "emit", "disconnect"}
 
@@ -129,7 +143,7 @@ def test_controllers_use_only_what_their_view_protocol_declares(module):
     protocol = VIEW_PROTOCOLS[module]
     extra = _outside(_module_uses(module), protocol)
     assert not extra, (f"controllers/{module}.py uses {extra} of its view, which {protocol.__name__} "
-                       f"(explorer/controllers/views.py) does not declare: add a getter/setter to the view and "
+                       f"(explorer/views/{module}/protocol.py) does not declare: add a getter/setter to the view and "
                        f"declare it, rather than reaching into its widgets")
 
 
@@ -149,7 +163,9 @@ def test_every_controller_is_typed_against_its_view_protocol(module):
 
 @pytest.mark.parametrize("module", sorted(VIEW_PROTOCOLS))
 def test_every_view_offers_its_whole_protocol(module):
-    view_class = getattr(importlib.import_module(f"explorer.views.{module}.panel"), f"{module.capitalize()}Panel")
+    controller = next(spec for spec in PANELS if spec.name == module).controller_class()
+    view_class = controller.view_class
+    assert view_class.__module__.startswith(f"explorer.views.{module}."), view_class
     missing = {m for m in _members(VIEW_PROTOCOLS[module]) if not hasattr(view_class, m)}
     assert not missing, f"{view_class.__name__} lacks {sorted(missing)} of {VIEW_PROTOCOLS[module].__name__}"
 

@@ -35,7 +35,6 @@ class RoutesPanel(QWidget):
     thresholdChanged = Signal(float)
     positionChanged = Signal(int)  # -1: the last token
     nodeClicked = Signal(int)  # node index of the graph on screen
-    edgeSelected = Signal(int)  # edge index of the graph on screen (-1: none)
     removeRequested = Signal(int)  # "Test by removing it" on the selected edge
     rankRequested = Signal()
     exportRequested = Signal(str)  # "png" | "svg" | "csv" | "npz"
@@ -304,7 +303,6 @@ class RoutesPanel(QWidget):
         self.remove_button.setEnabled(attention)
         self.detail.setText(self.edge_text(index) if index >= 0 else "")
         self.test_label.setText("" if attention else "Only attention edges (a head reading a token) can be removed.")
-        self.edgeSelected.emit(index)
 
     def node_text(self, node: int) -> str:
         g = self._graph

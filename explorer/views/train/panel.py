@@ -3,7 +3,7 @@
 Passive view (no torch, no gptcore): the settings form on the left (form.py), on the right the
 run's progress, the step scrubber, the live charts (charts.py) and the latest sample. What the
 controller (explorer/controllers/train.py) may call and hear is `TrainView` in
-explorer/controllers/views.py; the view only says what the user asked for:
+explorer/views/train/protocol.py; the view only says what the user asked for:
 - the form's `startRequested(dict)`, `pauseRequested`, `resumeRequested`, `stopRequested`,
   `openRunRequested`, `presetRequested(str)`, `browseRequested(str)`, `corpusChanged(str)`,
   `modelFromSessionRequested` (passed on here: the controller never touches the form);
