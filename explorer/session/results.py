@@ -13,6 +13,27 @@ import numpy as np
 
 # --- the model ---
 @dataclass(frozen=True)
+class RunStep:
+    """Where a model's weights come from when they are a training run's kept step: a typed fact
+    every view reads (banner, badge, status bar, Train, Routes), never parsed back from text."""
+    root: str  # the run folder
+    scheme: str  # the init scheme (a run may train several side by side)
+    step: int  # the training step whose weights these are
+    max_iters: int = 0  # the run's planned length (0: not known)
+    schemes: int = 1  # how many schemes the run trains
+
+    @property
+    def run_name(self) -> str:
+        """The run folder's own name ("2026-12-02_05-10-33")."""
+        return self.root.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]
+
+    def where(self) -> str:
+        """"step 1,200 of 2,000" (+ "(gpt2 init)" when the run trains several schemes)."""
+        text = f"step {self.step:,} of {self.max_iters:,}" if self.max_iters else f"step {self.step:,}"
+        return f"{text} ({self.scheme} init)" if self.schemes > 1 else text
+
+
+@dataclass(frozen=True)
 class ModelInfo:
     name: str
     trained: bool
@@ -28,6 +49,7 @@ class ModelInfo:
     provenance: str = ""  # why the status is what it is
     tokenizer: str = ""  # which tokenizer reads its text, and why
     heads_note: str = ""  # "" or that the head count was given by the user (the file does not record it)
+    run: RunStep | None = None  # the training run and step these weights are, if they are one
 
     @property
     def status_word(self) -> str:

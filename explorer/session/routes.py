@@ -160,7 +160,7 @@ class RoutesDomain:
     # -- over training -------------------------------------------------------------------------------
     def over_training(self, top: int = 5):
         """The strongest routes over the probes of the run the model comes from (None otherwise)."""
-        return routes_over_training(self.core.info, top)
+        return routes_over_training(self.core.info, self.core.training.follower_for, top)
 
 
 def check_position(position: int, n_tokens: int) -> int:

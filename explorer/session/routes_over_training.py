@@ -1,48 +1,39 @@
 """The strongest routes over a training run, read from its trace (no Qt).
 
-A model the Train panel put in the session carries its run folder in `ModelInfo.source`
-("training run DIR (scheme)"). The run's probe records keep the route for the probe prompt at
-each probe (top edges only, gptcore/training/recorder.py); this picks the routes that were
+A model the Train panel put in the session says which run and step it is (`ModelInfo.run`, a
+typed fact). The run's probe records keep the route for the probe prompt at each probe (top
+edges only, gptcore/training/recorder.py); the run's follower has read them once (the Train
+panel's, shared through `session.training.follower_for`), and this picks the routes that were
 strongest at any probe and follows each one's weight over the steps, so the Routes view shows
 e.g. the previous-token → induction route appear at the phase change.
 """
 from __future__ import annotations
 
-import re
-from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from explorer.session.routes_results import RoutesOverTraining
-from explorer.session.training import RUN_SOURCE_PREFIX
-
-_SOURCE = re.compile(re.escape(RUN_SOURCE_PREFIX) + r"(?P<root>.+) \((?P<scheme>[^()]+)\)$")
 
 
-def run_of(info) -> tuple[Path, str] | None:
-    """(run folder, scheme) of a model from a training run, else None."""
-    m = _SOURCE.match(str(getattr(info, "source", "") or ""))
-    return (Path(m["root"]), m["scheme"]) if m else None
-
-
-def routes_over_training(info, top: int = 5) -> RoutesOverTraining | None:
-    """The `top` strongest routes' weights at every probe of the model's run; None when the model
-    is not from a run folder or its trace keeps no routes."""
-    from gptcore.training.trace import TraceError, read_trace
-
-    run = run_of(info)
+def routes_over_training(info, follower_for: Callable, top: int = 5) -> RoutesOverTraining | None:
+    """The `top` strongest routes' weights at every probe of the model's run (`info.run`), read
+    from the run's follower (`follower_for(root)`); None when the model is not a run's step, the
+    folder cannot be read, or its trace keeps no routes."""
+    run = getattr(info, "run", None)
     if run is None:
         return None
-    root, scheme = run
     try:
-        records = read_trace(root / "trace.jsonl")
-    except (TraceError, OSError):
+        follower = follower_for(run.root)
+    except (OSError, ValueError):  # RunFollowError is a ValueError: the folder is gone or damaged
         return None
-    probes = [r for r in records if r.get("kind") == "probe" and r.get("scheme", scheme) == scheme
-              and isinstance(r.get("routes"), dict)]
+    with follower.lock:
+        series = follower.series.get(run.scheme)
+        probes = [] if series is None else [{"step": step, "routes": routes} for step, routes
+                                             in zip(series.probe_step, series.routes) if routes is not None]
     if not probes:
         return None
-    return series_of(probes, top, str(root))
+    return series_of(probes, top, str(run.root))
 
 
 def series_of(probes: list[dict], top: int, run: str) -> RoutesOverTraining:

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from explorer.session.results import RunStep
 from explorer.session.training_runs import RunFollower
 
 RUN_SOURCE_PREFIX = "training run "  # ModelInfo.source of a model the Train panel put in the session
@@ -61,8 +63,9 @@ def run_tokenizer(root: Path, meta: dict):
 
 
 def is_run_model(info, root) -> bool:
-    """Does the session's model come from this run folder (any scheme, any step)?"""
-    return str(info.source).startswith(f"{RUN_SOURCE_PREFIX}{Path(root)} (")
+    """Does the session's model come from this run folder (any scheme, any step)? Read from the
+    typed fact (`ModelInfo.run`), never from the text."""
+    return info.run is not None and Path(info.run.root) == Path(root)
 
 
 class TrainingDomain:
@@ -70,19 +73,39 @@ class TrainingDomain:
 
     def __init__(self, core):
         self.core = core
+        self._followers: dict[Path, RunFollower] = {}  # one per run folder: its trace is read once
+        self._lock = threading.Lock()
+
+    def open(self, path) -> RunFollower:
+        """The run folder `path` with everything written so far read (a finished run's trace can be
+        megabytes: call this in a worker); RunFollowError saying why it cannot be read. The follower
+        is kept: whoever asks for the same run later (Routes over training) shares what it read."""
+        follower = RunFollower(path)
+        follower.poll()
+        return self._keep(follower)
+
+    def follow(self, path) -> RunFollower:
+        """A follower of a run that is only starting (nothing read yet), kept like open()'s."""
+        return self._keep(RunFollower(path))
 
     @staticmethod
-    def open(path) -> RunFollower:
-        """The run folder `path` with everything written so far read (a finished run's trace can be
-        megabytes: call this in a worker); RunFollowError saying why it cannot be read."""
-        follower = RunFollower(path)
+    def poll(follower: RunFollower) -> bool:
+        """Read what the run wrote since the last poll (a task: file reads stay off the GUI thread)."""
+        return follower.poll()
+
+    def follower_for(self, root) -> RunFollower:
+        """The kept follower of run folder `root`, brought up to date, or a new one (read once)."""
+        with self._lock:
+            follower = self._followers.get(Path(root).expanduser())
+        if follower is None:
+            return self.open(root)
         follower.poll()
         return follower
 
-    @staticmethod
-    def follow(path) -> RunFollower:
-        """A follower of a run that is only starting (nothing read yet)."""
-        return RunFollower(path)
+    def _keep(self, follower: RunFollower) -> RunFollower:
+        with self._lock:
+            self._followers[follower.root] = follower
+        return follower
 
     def show_step(self, follower: RunFollower, scheme: str, step: int, name: str | None = None,
                   cancel=None) -> StepShown:
@@ -108,18 +131,21 @@ class TrainingDomain:
             raise Cancelled("another step was chosen")
         source = f"{RUN_SOURCE_PREFIX}{root} ({scheme})"
         provenance = f"weights of step {step:,} of the training run in {root}"
+        run = RunStep(root=str(root), scheme=scheme, step=int(step), max_iters=int(follower.max_iters or 0),
+                      schemes=max(1, len(follower.schemes)))
         with core.lock:
-            same_run = (core.has_model and core.info.source == source and core.config is not None
-                        and core.config.to_dict() == model.config.to_dict())
+            shown = core.info.run if core.has_model else None
+            same_run = (shown is not None and (Path(shown.root), shown.scheme) == (root, scheme)
+                        and core.config is not None and core.config.to_dict() == model.config.to_dict())
             if same_run:  # the model's facts move with its weights, before every view is told
-                core.info = dataclasses.replace(core.info, name=name, trained=bool(step), note="",
+                core.info = dataclasses.replace(core.info, name=name, trained=bool(step), note="", run=run,
                                                 status="trained" if step else "untrained", provenance=provenance)
         if same_run:  # the core copies the weights under its lock and tells every view after it
             version = core.show_training_step(model.state_dict(), step, name=name)
             return StepShown(str(root), scheme, step, name, version, swapped=False)
         tokenizer, tokenizer_name = run_tokenizer(root, follower.meta or follower.folder.read_meta())
         core.adopt(model, name=name, source=source, tokenizer=tokenizer, tokenizer_name=tokenizer_name,
-                   trained=bool(step), provenance=provenance)
+                   trained=bool(step), provenance=provenance, run=run)
         return StepShown(str(root), scheme, step, name, core.version, swapped=True)
 
     def use_final(self, follower: RunFollower, scheme: str, cancel=None):

@@ -11,6 +11,7 @@ and never forgets what was read on an error: a run folder deleted or damaged whi
 """
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -24,10 +25,14 @@ class RunFollowError(ValueError):
 
 
 class RunFollower(RunProgress):
-    """A RunProgress fed from a run folder: `poll()` reads what the run wrote since the last poll."""
+    """A RunProgress fed from a run folder: `poll()` reads what the run wrote since the last poll.
+
+    Thread rule: `poll()` runs on the compute thread (a task) while the Train panel draws on the
+    GUI thread, so both hold `lock` (poll takes it itself; a reader takes it around what it reads)."""
 
     def __init__(self, root):
         super().__init__()
+        self.lock = threading.RLock()
         self.folder = RunFolder(Path(root).expanduser())
         self.meta: dict | None = None
         self.reader = TraceReader(self.folder.trace)
@@ -45,6 +50,10 @@ class RunFollower(RunProgress):
     def poll(self) -> bool:
         """Read new records; True if anything changed. RunFollowError when the folder is gone or
         damaged (what was read stays)."""
+        with self.lock:
+            return self._poll()
+
+    def _poll(self) -> bool:
         if self.meta is None:
             self._read_meta()
             if self.meta is None:

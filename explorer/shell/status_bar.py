@@ -7,6 +7,8 @@ paints before the session (and torch) exists.
 """
 from __future__ import annotations
 
+import html
+
 import os
 
 from PySide6.QtCore import Qt, QTimer, Signal
@@ -149,8 +151,9 @@ class ModelStatusBar(QStatusBar):
 
 
 class UntrainedBanner(QLabel):
-    """Above the tabs while the loaded model is untrained: what it is, with links to real
-    weights (`linkActivated` gives "load-gpt2" or "open")."""
+    """Above the tabs: while the loaded model is untrained, what it is, with links to real weights
+    (`linkActivated` gives "load-gpt2" or "open"); while it is a training run's step, which run and
+    step every panel shows (read from the typed fact `info.run`, at every step, trained or not)."""
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -160,6 +163,10 @@ class UntrainedBanner(QLabel):
         self.hide()
 
     def show_for(self, info, has_model: bool) -> None:
+        run = info.run if has_model else None
+        if run is not None:
+            self._show_run(info, run)
+            return
         if not (has_model and info.status_word == "untrained"):
             self.hide()
             return
@@ -167,8 +174,24 @@ class UntrainedBanner(QLabel):
 
         what = (info.note.split(UNTRAINED_HOW_TO)[0].replace("UNTRAINED — ", "").strip().rstrip(".")
                 or "freshly initialised weights: its outputs are noise")
+        self._style("untrained")
         self.setText(
             f"<b>UNTRAINED model</b> — {what}. &nbsp;<a href='load-gpt2'>Load GPT-2 small…</a> · "
             f"<a href='open'>Open checkpoint…</a> · or start with <code>gpt-explorer --model PATH</code>")
         self.setToolTip(info.note)
         self.show()
+
+    def _show_run(self, info, run) -> None:
+        untrained = info.status_word == "untrained"
+        weights = ("<b>UNTRAINED</b>: the freshly initialised weights, before the first step" if untrained
+                   else "the weights as trained up to that step")
+        self._style("untrained" if untrained else "run")
+        self.setText(f"<b>Training run {html.escape(run.run_name)}</b> — {html.escape(run.where())}: {weights}. "
+                     f"Every panel shows this step; the Train panel's slider moves it.")
+        self.setToolTip(f"{run.root}\n{info.provenance}")
+        self.show()
+
+    def _style(self, kind: str) -> None:
+        if self.property("kind") != kind:
+            self.setProperty("kind", kind)
+            theme.restyle(self)

@@ -37,6 +37,7 @@ class SchemeSeries:
     census: list = field(default_factory=list)  # per probe: {score name: [[layer][head]]}
     icl: list = field(default_factory=list)  # per probe: the ICL score (NaN when not measured)
     samples: list = field(default_factory=list)  # per probe: (prompt, text)
+    routes: list = field(default_factory=list)  # per probe: {"prompt", "edges": [[src, dst, w], …]} or None
     kept_steps: dict = field(default_factory=dict)  # step -> weights path relative to the run folder
     diverged: str = ""
 
@@ -60,6 +61,8 @@ class SchemeSeries:
         self.icl.append(num((r.get("icl") or {}).get("score")))
         sample = r.get("sample") or {}
         self.samples.append((str(sample.get("prompt", "")), str(sample.get("text", ""))))
+        routes = r.get("routes")
+        self.routes.append(routes if isinstance(routes, dict) else None)
 
 
 class RunProgress:

@@ -153,15 +153,22 @@ def test_over_training_reads_the_routes_from_the_run_trace(qtbot, runner, tmp_pa
     from explorer.session.routes_over_training import routes_over_training
 
     session = Session.tiny()
+    from explorer.session.results import RunStep
+
     session.adopt(session.model, name="run model", source=f"training run {tmp_path} (gpt2)",
-                  provenance=f"weights of step 200 of the training run in {tmp_path}")
+                  provenance=f"weights of step 200 of the training run in {tmp_path}",
+                  run=RunStep(root=str(tmp_path), scheme="gpt2", step=200, max_iters=200))
     records = [{"kind": "start", "time": 0.0, "step": 0},
                {"kind": "probe", "time": 1.0, "step": 100, "scheme": "gpt2",
                 "routes": {"prompt": "ab ab", "edges": [["X0_1", "A0_3", 0.2], ["I0_3", "A1_4", 0.1]]}},
                {"kind": "probe", "time": 2.0, "step": 200, "scheme": "gpt2",
                 "routes": {"prompt": "ab ab", "edges": [["X0_1", "A0_3", 0.3], ["I0_2", "A1_4", 0.6]]}}]
     (tmp_path / "trace.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    over = routes_over_training(session.info, top=5)
+    from gptcore.training.run import RUN_FORMAT
+
+    (tmp_path / "run.json").write_text(json.dumps({"format": RUN_FORMAT, "schemes": ["gpt2"], "model_config": {},
+                                                   "train_config": {"max_iters": 200}, "corpus": {}, "tokenizer": {}}))
+    over = routes_over_training(session.info, session.training.follower_for, top=5)
     assert list(over.steps) == [100, 200]
     assert np.allclose(over.series["X0_1 → A0_3"], [0.2, 0.3])
     assert np.isnan(over.series["I0_2 → A1_4"][0]) and list(over.series)[0] == "I0_2 → A1_4"  # strongest first

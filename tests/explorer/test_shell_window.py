@@ -200,7 +200,7 @@ def test_fault_cuda_oom_in_a_forward_suggests_cpu_or_a_smaller_model(qtbot, wind
 # --- error titles: our own ValueErrors are input problems, others stay unexpected -----------------------
 
 def test_a_value_error_raised_by_our_code_gets_an_input_title():
-    from explorer.shell.errors import explain
+    from explorer.controllers.errors import explain
     from explorer.session.core import Session
 
     with pytest.raises(ValueError) as ours:
