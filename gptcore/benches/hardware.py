@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from gptcore.training.speed import cpu_flags, native_bf16
+from gptcore.model.cpu import cpu_flags, native_bf16
 
 RELEVANT_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
 GPT2_SMALL_WEIGHTS = 124_439_808 - 1024 * 768  # every parameter but the position table: read once per token

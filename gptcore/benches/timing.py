@@ -9,24 +9,13 @@ sessions (AMD EPYC, Intel Xeon with AMX), and a fast path tuned on one may not w
 from __future__ import annotations
 
 import os
-import platform
 import statistics
 import time
 from typing import Callable
 
 import torch
 
-
-def cpu_name() -> str:
-    """The CPU's model name ("AMD EPYC 9B14"), from /proc/cpuinfo where there is one."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
+from gptcore.model.cpu import cpu_name  # noqa: F401 - benches name the machine through here
 
 
 def machine_line() -> str:

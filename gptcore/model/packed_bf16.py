@@ -7,7 +7,7 @@ thread, cores shared: 141-224 ms per token bf16 plain vs 148-182 fp32). With the
 once into oneDNN's blocked layout (`torch.ops.mkldnn._reorder_linear_weight`, what torch's own
 compiler does when it freezes a bf16 model) the same step took 93-136 ms.
 
-Only where the CPU computes bf16 natively (avx512_bf16 or AMX: `gptcore.training.speed`), only
+Only where the CPU computes bf16 natively (avx512_bf16 or AMX: `gptcore.model.cpu`), only
 for one row (a prompt's rows take F.linear) and only when nothing needs autograd (Linear checks).
 The packed copy costs as much memory again as the bf16 weights; it is made at a layer's first
 one-row call and made again when the weight changes (another tensor, or written in place: torch
@@ -27,6 +27,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
+from gptcore.model import cpu
 from gptcore.model.probed import ProbedPath
 
 log = logging.getLogger(__name__)
@@ -78,11 +79,9 @@ def available() -> bool:
 
 
 def _decide() -> bool:
-    from gptcore.training.speed import native_bf16
-
     if os.environ.get(ENV_SWITCH, "").strip().lower() in _OFF:  # linear.py's switch (it refuses bad values)
         return False
-    if not native_bf16("cpu"):
+    if not cpu.native_bf16("cpu"):  # the kernel's choice; whether bf16 pays is measured (decode_timing.py)
         log.info("this CPU has no native bf16 (avx512_bf16/AMX): bf16 linear layers use F.linear")
         return False
     problem = _probe()

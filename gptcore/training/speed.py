@@ -16,31 +16,9 @@ avx512_bf16, 2 cores shared with other work; `python -m gptcore.bench --train`):
 """
 from __future__ import annotations
 
-import functools
+from gptcore.model.cpu import cpu_flags, native_bf16  # the CPU facts live in the model layer (issue 32)
 
-@functools.lru_cache(maxsize=None)
-def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags from /proc/cpuinfo (avx512_bf16, amx_bf16, ...); empty elsewhere."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.lower().startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
-
-
-def native_bf16(device_type: str = "cpu") -> bool:
-    """True where bfloat16 matrix products run in hardware: a CUDA GPU that supports them, or an
-    x86 CPU with avx512_bf16 or AMX (Intel Sapphire Rapids+, AMD Zen 4+) and torch's oneDNN."""
-    import torch
-
-    if device_type == "cuda":
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    if device_type != "cpu":
-        return False
-    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"}) and torch.backends.mkldnn.is_available()
+__all__ = ["cpu_flags", "fast_dtype", "native_bf16"]
 
 
 def fast_dtype(device_type: str) -> str:

@@ -10,7 +10,7 @@ from gptcore.model import linear, packed_bf16
 from gptcore.model.config import GPTConfig
 from gptcore.model.gpt import GPT
 from gptcore.model.linear import Linear
-from gptcore.training.speed import native_bf16
+from gptcore.model.cpu import native_bf16
 
 needs_native = pytest.mark.skipif(not native_bf16("cpu"), reason="the packed path is only taken with native bf16")
 
@@ -61,7 +61,7 @@ def test_switched_off_by_the_environment(fresh_probe, monkeypatch):
 
 
 def test_no_native_bf16_means_no_packed_path(fresh_probe, monkeypatch):
-    monkeypatch.setattr("gptcore.training.speed.native_bf16", lambda device_type="cpu": False)
+    monkeypatch.setattr("gptcore.model.cpu.native_bf16", lambda device_type="cpu": False)
     assert packed_bf16.available() is False
     layer = Linear(16, 8).to(torch.bfloat16)
     x = torch.randn(1, 16).to(torch.bfloat16)

@@ -7,6 +7,7 @@ import torch
 
 from gptcore import GPT, GPTConfig
 from gptcore.training import TrainConfig, Trainer
+from gptcore.model import cpu
 from gptcore.training import speed
 
 NANO = dict(vocab_size=23, block_size=16, n_layer=2, n_head=2, n_embd=32, bias=False, activation="gelu")
@@ -15,7 +16,7 @@ NANO = dict(vocab_size=23, block_size=16, n_layer=2, n_head=2, n_embd=32, bias=F
 @pytest.mark.parametrize("flags, native", [({"avx512f", "avx512_bf16"}, True), ({"amx_bf16"}, True),
                                            ({"avx512f", "avx2"}, False), (set(), False)])
 def test_bf16_is_chosen_only_where_the_cpu_has_it(monkeypatch, flags, native):
-    monkeypatch.setattr(speed, "cpu_flags", lambda: frozenset(flags))
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: frozenset(flags))  # where the flags live (issue 32)
     monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: True)
     assert speed.native_bf16("cpu") is native
     assert speed.fast_dtype("cpu") == ("bfloat16" if native else "float32")
