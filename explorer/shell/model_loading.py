@@ -47,35 +47,42 @@ class ModelLoading:
     def start(self, source: str | None = None, device: str | None = None, n_head: int | None = None,
               dtype: str = "fp32") -> None:
         """Create the session in a worker (importing torch there) and load `source` or the default.
-        `dtype` is the generation precision (--dtype); bf16 where it would be emulated is refused
-        with the reason in the error dialog, and the app goes on in fp32.
+        `dtype` is the generation precision (--dtype): asked for when the first model has loaded
+        (`modelChanged`), since whether bf16 pays is measured on that model; where it is measured
+        slower the error dialog gives the figures and the app goes on in fp32.
 
         A failed `source` still leaves a session (without a model), so the user can open another.
         """
-        refused = []
-
         def make_session(token, progress):
             from explorer.session.core import Session  # imports torch: seconds, so never on the GUI thread
-            from explorer.session.precision import EmulatedBf16
 
             session = Session(device=device)
             session.device  # resolve it here too (asking CUDA is slow)
-            try:
-                session.generation.precision.set(dtype)
-            except EmulatedBf16 as exc:
-                refused.append(exc)
             return session
 
         def attach(session) -> None:
             self.attach_session(session)  # the Config panel works from here on
-            for exc in refused:
-                self.ctx.report_error(exc, f"--dtype {dtype} not used", after="Generation runs in fp32.", inline=False)
             if source:
                 self.load_model(source, fall_back_to_default=self.fall_back_on_failed_start, n_head=n_head)
             else:
                 self.load_default()
+            if dtype != "fp32":
+                self._choose_precision_once_loaded(dtype)
 
         self._run_model_task("Starting", make_session, on_result=attach)
+
+    def _choose_precision_once_loaded(self, dtype: str) -> None:
+        """--dtype: chosen at the first model swap that leaves a model (a load yields to other
+        tasks between its steps, so a task queued now could run before the model exists)."""
+        from explorer.shell.precision_menu import choose_precision
+
+        def once() -> None:
+            if self.session is None or not self.session.has_model:
+                return
+            self.modelChanged.disconnect(once)
+            choose_precision(self, dtype, after="Generation runs in fp32.")
+
+        self.modelChanged.connect(once)
 
     def attach_session(self, session: "Session") -> None:
         self.session = session

@@ -1,7 +1,9 @@
 """View ▸ Generation precision: fp32 (default) or bf16, and the status bar's dtype field saying
 which is in use (issue 28). The choice lives in the session (explorer/session/precision.py):
-bf16 runs generation from a bf16 copy of the weights where the CPU computes bf16 natively; where
-it would be emulated the session refuses and the error dialog says why.
+bf16 runs generation from a bf16 copy of the weights wherever one decode step was measured faster
+in bf16 than in fp32 (issue 34: measured on the compute thread at the first choice for a model
+shape, then cached); the bf16 entry shows both measured speeds once known, and where bf16 is
+measured slower the session refuses and the error dialog says so with the figures, once.
 """
 from __future__ import annotations
 
@@ -10,12 +12,14 @@ from PySide6.QtGui import QAction, QActionGroup
 from explorer.controllers.context import any_state
 
 PRECISION_TASK = "precision"
-LABELS = {"fp32": "fp32 (every computation)", "bf16": "bf16 generation (CPUs with native bf16)"}
+LABELS = {"fp32": "fp32 (every computation)", "bf16": "bf16 generation"}
+STAYS = "Generation stays fp32."
 
 
 def add_precision_menu(window, view_menu) -> dict[str, QAction]:
     """The submenu's two exclusive choices, named by precision ('fp32', 'bf16')."""
     menu = view_menu.addMenu("Generation &precision")
+    menu.setToolTipsVisible(True)  # the bf16 entry's tooltip carries the measured speeds
     group = QActionGroup(menu)
     group.setExclusive(True)
     actions = {}
@@ -31,9 +35,10 @@ def add_precision_menu(window, view_menu) -> dict[str, QAction]:
     return actions
 
 
-def choose_precision(window, name: str) -> None:
-    """Ask the session for `name` on the compute thread (setting it waits for the session's lock);
-    the session announces it (SettingsChanged 'precision') and every panel recomputes."""
+def choose_precision(window, name: str, after: str = STAYS) -> None:
+    """Ask the session for `name` on the compute thread (setting it waits for the session's lock,
+    and bf16 may first be measured there); the session announces it (SettingsChanged 'precision')
+    and every panel recomputes. A refusal opens the error dialog; `after` says what runs instead."""
     session = window.session
     if session is None:
         window.show_message("Still starting; try again in a moment.", 3000)
@@ -42,8 +47,10 @@ def choose_precision(window, name: str) -> None:
 
     def failed(exc: BaseException) -> None:
         sync_precision(window)
-        window.ctx.report_error(exc, "bf16 not used", after="Generation stays fp32.", inline=False)
+        window.ctx.report_error(exc, f"{name} not used", after=after, inline=False)
 
+    if name == "bf16" and session.has_model and session.generation.precision.known_speed() is None:
+        window.show_message("Measuring one decode step in bf16 and in fp32 for this model…", 5000)
     window.ctx.submit(PRECISION_TASK, lambda token, progress: session.generation.precision.set(name),
                       still_current=any_state, on_result=lambda _name: sync_precision(window), on_error=failed)
 
@@ -54,7 +61,28 @@ def sync_precision(window) -> None:
     if session is None:
         return
     precision = session.generation.precision
-    for name, action in getattr(window, "precision_actions", {}).items():
+    actions = getattr(window, "precision_actions", {})
+    for name, action in actions.items():
         action.setChecked(name == precision.name)
+    if "bf16" in actions:
+        speed = precision.known_speed() if session.has_model else None  # the cache only: never measures here
+        actions["bf16"].setText(bf16_label(speed))
+        actions["bf16"].setToolTip(bf16_tip(speed))
     if session.has_model:
         window.status_bar.show_precision(*precision.describe(session.info.dtype))
+
+
+def bf16_label(speed) -> str:
+    """The bf16 entry: its measured speed against fp32's once known for the model's shape."""
+    if speed is None:
+        return f"{LABELS['bf16']} (speed measured when chosen)"
+    verdict = "" if speed.bf16_faster else " — slower here"
+    return (f"{LABELS['bf16']}{verdict} ({speed.tok_s(speed.bf16_ms):.0f} tok/s; "
+            f"fp32 {speed.tok_s(speed.fp32_ms):.0f} tok/s)")
+
+
+def bf16_tip(speed) -> str:
+    if speed is None:
+        return ("Choosing it times one decode step of this model in bf16 and in fp32 (under a second) "
+                "and uses bf16 only if it is faster.")
+    return f"One decode step: {speed.figures()}; {speed.where()}."

@@ -1,9 +1,27 @@
-"""View ▸ Generation precision and the status bar's dtype field (issue 28); --dtype parses."""
+"""View ▸ Generation precision and the status bar's dtype field (issues 28 and 34); --dtype parses.
+
+The measurement is given to the session (its `measure` seam), so both outcomes are tested
+whichever dtype wins on this machine."""
 import pytest
+import torch
 
 from explorer import app as app_module
-from explorer.session import precision
-from gptcore.training.speed import native_bf16
+from explorer.session.bf16_speed import DecodeSpeed
+from explorer.shell.precision_menu import PRECISION_TASK
+
+FASTER = DecodeSpeed(fp32_ms=30.0, bf16_ms=16.1, machine="Test CPU 9000", torch_version=torch.__version__)
+SLOWER = DecodeSpeed(fp32_ms=20.0, bf16_ms=50.0, machine="Test CPU 9000", torch_version=torch.__version__)
+
+
+def _measures(session, speed: DecodeSpeed) -> list:
+    calls = []
+    session.generation.precision.measure = lambda model, bf16_model: calls.append(1) or speed
+    return calls
+
+
+def _close(qtbot, window):
+    window.close()
+    qtbot.waitUntil(lambda: not window.runner.busy, timeout=60000)
 
 
 def test_dtype_flag_defaults_to_fp32_and_takes_bf16():
@@ -13,27 +31,53 @@ def test_dtype_flag_defaults_to_fp32_and_takes_bf16():
         app_module.parse_args(["--dtype", "fp16"])
 
 
-@pytest.mark.skipif(not native_bf16("cpu"), reason="bf16 is offered only with native bf16")
-def test_choosing_bf16_shows_in_the_status_bar_and_back(qtbot, window, tiny_session):
+def test_bf16_measured_faster_is_taken_and_its_speeds_shown(qtbot, window, tiny_session):
+    calls = _measures(tiny_session, FASTER)
     actions = window.precision_actions
     assert actions["fp32"].isChecked() and window.status_labels["dtype"].text() == "float32"
+    assert "measured when chosen" in actions["bf16"].text()
     actions["bf16"].trigger()
     qtbot.waitUntil(lambda: window.status_labels["dtype"].text() == "float32 · bf16 generation", timeout=30000)
-    assert tiny_session.generation.precision.name == "bf16" and actions["bf16"].isChecked()
-    assert "computed in fp32" in window.status_labels["dtype"].toolTip()
+    assert tiny_session.generation.precision.name == "bf16" and actions["bf16"].isChecked() and calls == [1]
+    assert actions["bf16"].text() == "bf16 generation (62 tok/s; fp32 33 tok/s)"
+    assert "16.1 ms/token" in actions["bf16"].toolTip() and "Test CPU 9000" in actions["bf16"].toolTip()
+    tip = window.status_labels["dtype"].toolTip()
+    assert "computed in fp32" in tip and "bf16 62.1 tok/s (16.1 ms/token), fp32 33.3 tok/s (30.0 ms/token)" in tip
     actions["fp32"].trigger()
     qtbot.waitUntil(lambda: window.status_labels["dtype"].text() == "float32", timeout=30000)
-    window.close()
-    qtbot.waitUntil(lambda: not window.runner.busy, timeout=60000)
+    assert "bf16 62.1 tok/s" in window.status_labels["dtype"].toolTip()  # still told what bf16 would give
+    assert not window.errors_shown
+    _close(qtbot, window)
 
 
-def test_bf16_where_it_would_be_emulated_is_refused_aloud(qtbot, window, tiny_session, monkeypatch):
-    monkeypatch.setattr(precision, "native_bf16", lambda device: False)
+def test_bf16_measured_slower_is_refused_once_with_its_figures(qtbot, window, tiny_session):
+    _measures(tiny_session, SLOWER)
     window.precision_actions["bf16"].trigger()
     qtbot.waitUntil(lambda: bool(window.errors_shown), timeout=30000)
     title, message = window.errors_shown[-1]
-    assert "emulated" in message and "slower than fp32" in message
+    assert title == "bf16 is slower here"  # a refused choice, not "Input not usable"
+    assert "50.0 ms in bf16 against 20.0 ms in fp32" in message and "Test CPU 9000" in message
+    assert message.count("fp32.") == 1 and message.count("Generation stays fp32.") == 1
+    assert "emulated" not in message and "avx512" not in message
+    assert window.status_bar.currentMessage().startswith("bf16 is slower here: bf16 is not used")
     assert tiny_session.generation.precision.name == "fp32"
     assert window.precision_actions["fp32"].isChecked() and window.status_labels["dtype"].text() == "float32"
-    window.close()
-    qtbot.waitUntil(lambda: not window.runner.busy, timeout=60000)
+    assert window.precision_actions["bf16"].text() == "bf16 generation — slower here (20 tok/s; fp32 50 tok/s)"
+    _close(qtbot, window)
+
+
+def test_dtype_bf16_at_start_is_asked_for_once_a_model_is_loaded(qtbot, window, tiny_session):
+    """--dtype bf16 (start()): chosen at the first model change with a model, where it is measured
+    on that model; refused here with the figures and what runs instead, said once."""
+    calls = _measures(tiny_session, SLOWER)
+    window._choose_precision_once_loaded("bf16")
+    assert calls == []  # nothing before a model change
+    window.modelChanged.emit()
+    qtbot.waitUntil(lambda: bool(window.errors_shown), timeout=30000)
+    title, message = window.errors_shown[-1]
+    assert title == "bf16 is slower here" and message.count("Generation runs in fp32.") == 1
+    assert "stays fp32" not in message and calls == [1]
+    qtbot.waitUntil(lambda: not window.runner.is_running(PRECISION_TASK), timeout=30000)
+    window.modelChanged.emit()  # later model changes do not ask again: no task submitted
+    assert not window.runner.is_running(PRECISION_TASK) and len(window.errors_shown) == 1
+    _close(qtbot, window)
