@@ -66,9 +66,7 @@ class GenerationPrecision:
         if name not in CHOICES:
             raise ValueError(f"unknown precision {name!r}; choose fp32 or bf16")
         if name == "bf16":
-            with self.core.lock:
-                model = self.core.model
-                speed = self.speed_for(model) if model is not None else None
+            speed = self.measure_loaded()
             if speed is not None and not speed.bf16_faster:
                 raise Bf16Slower(slower_message(speed))
         if name != self.name:
@@ -84,6 +82,14 @@ class GenerationPrecision:
         if model is None:
             return None
         return self.cache.get(speed_key(model.config, model.device))
+
+    def measure_loaded(self) -> DecodeSpeed | None:
+        """The loaded model's speeds (None without a model), measured now if not known: call it on
+        the compute thread. The window asks after a model swap while bf16 is chosen, so the menu
+        and the status bar show the new shape's figures (and the fp32 fallback) before generating."""
+        with self.core.lock:
+            model = self.core.model
+            return None if model is None else self.speed_for(model)
 
     def speed_for(self, model) -> DecodeSpeed:
         """The speeds for `model`'s shape: from the cache, else measured now (compute thread, with

@@ -12,6 +12,7 @@ from PySide6.QtGui import QAction, QActionGroup
 from explorer.controllers.context import any_state
 
 PRECISION_TASK = "precision"
+MEASURE_TASK = "precision-measure"  # its own key: never supersedes a choice the user made
 LABELS = {"fp32": "fp32 (every computation)", "bf16": "bf16 generation"}
 STAYS = "Generation stays fp32."
 
@@ -64,12 +65,17 @@ def sync_precision(window) -> None:
     actions = getattr(window, "precision_actions", {})
     for name, action in actions.items():
         action.setChecked(name == precision.name)
+    speed = precision.known_speed() if session.has_model else None  # the cache only: never measures here
     if "bf16" in actions:
-        speed = precision.known_speed() if session.has_model else None  # the cache only: never measures here
         actions["bf16"].setText(bf16_label(speed))
         actions["bf16"].setToolTip(bf16_tip(speed))
     if session.has_model:
         window.status_bar.show_precision(*precision.describe(session.info.dtype))
+    if session.has_model and precision.name == "bf16" and speed is None:
+        # bf16 chosen and a model of a shape not measured yet (a swap): measure it on the compute
+        # thread, then show its figures (or that generation falls back to fp32 for it)
+        window.ctx.submit(MEASURE_TASK, lambda token, progress: session.generation.precision.measure_loaded(),
+                          still_current=any_state, on_result=lambda _speed: sync_precision(window))
 
 
 def bf16_label(speed) -> str:

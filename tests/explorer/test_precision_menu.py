@@ -81,3 +81,26 @@ def test_dtype_bf16_at_start_is_asked_for_once_a_model_is_loaded(qtbot, window, 
     window.modelChanged.emit()  # later model changes do not ask again: no task submitted
     assert not window.runner.is_running(PRECISION_TASK) and len(window.errors_shown) == 1
     _close(qtbot, window)
+
+
+def test_a_model_of_another_shape_is_measured_and_falls_back_to_fp32_where_slower(qtbot, window, tiny_session):
+    """bf16 chosen for one model; a swap to a wider one (measured slower for it) measures the new
+    shape on the compute thread and the status bar says generation runs fp32, with the figures."""
+    widths = []
+
+    def measure(model, bf16_model):
+        widths.append(model.config.n_embd)
+        return FASTER if model.config.n_embd == 64 else SLOWER
+
+    tiny_session.generation.precision.measure = measure
+    window.precision_actions["bf16"].trigger()
+    qtbot.waitUntil(lambda: window.status_labels["dtype"].text() == "float32 · bf16 generation", timeout=30000)
+    tiny_session.build(dict(tiny_session.config.to_dict(), n_embd=96), seed=1)  # the window follows its event
+    qtbot.waitUntil(lambda: "bf16 slower here" in window.status_labels["dtype"].text(), timeout=30000)
+    assert widths == [64, 96] and tiny_session.generation.precision.name == "bf16"
+    assert window.status_labels["dtype"].text() == "float32 · fp32 generation (bf16 slower here)"
+    assert "bf16 20.0 tok/s (50.0 ms/token), fp32 50.0 tok/s (20.0 ms/token)" in window.status_labels["dtype"].toolTip()
+    assert window.precision_actions["bf16"].text().startswith("bf16 generation — slower here")
+    assert tiny_session.generation.precision.model_for(tiny_session.model) is tiny_session.model
+    assert not window.errors_shown
+    _close(qtbot, window)
