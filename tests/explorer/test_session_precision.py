@@ -126,6 +126,14 @@ def test_another_torch_version_in_the_cache_measures_again(tmp_path):
     assert set(json.loads((tmp_path / "speed.json").read_text())) == {stale, key}
 
 
+def test_an_unreadable_cache_file_costs_only_a_new_measurement(tmp_path):
+    session, fake = measured(FASTER, tmp_path)
+    (tmp_path / "speed.json").write_text("{not json")
+    assert session.generation.precision.set("bf16") == "bf16" and fake.calls == 1
+    key = speed_key(session.model.config, session.model.device)
+    assert json.loads((tmp_path / "speed.json").read_text())[key]["bf16_ms"] == 16.0  # written afresh
+
+
 def test_another_shape_is_measured_and_a_slower_one_generates_in_fp32(tmp_path):
     session, fake = measured(FASTER, tmp_path)
     p = session.generation.precision
