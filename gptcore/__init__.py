@@ -46,6 +46,8 @@ _LAZY = {
     "FlowError": "interp.flow",
     "FlowState": "interp.flow_incremental",
     "flow_graph": "interp.flow_graph",
+    "flow_route": "interp.flow_route",
+    "RouteState": "interp.flow_route",
     "FlowGraph": "interp.flow_graph",
     "remove_edge_effect": "interp.flow_effects",
     "block_logit_effect": "interp.flow_effects",

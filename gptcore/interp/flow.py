@@ -112,9 +112,21 @@ def attention_shares(pattern: torch.Tensor, v: torch.Tensor, W_O: torch.Tensor, 
     head), W_O (C, nh, hs), resid_pre / resid_mid (n, C), replaced (nh,) bool -> ((n, S, nh) shares,
     (n,) residual share). A row needs only its own pattern row, residuals and the values of the
     sources up to it (causal), which is what lets flow_incremental.py compute new rows only."""
+    return shares_of_parts(pattern, value_parts(v, W_O), resid_pre, resid_mid, replaced, start)
+
+
+def value_parts(v: torch.Tensor, W_O: torch.Tensor) -> torch.Tensor:
+    """v (S, nh, hs), W_O (C, nh, hs) -> (S, nh, C): each source's value through each head's output
+    map (a part is its pattern weight times this). Computed once per layer, shared by its rows."""
+    return torch.einsum("tnd,cnd->tnc", v, W_O)  # (S, nh, C)
+
+
+def shares_of_parts(pattern: torch.Tensor, u: torch.Tensor, resid_pre: torch.Tensor, resid_mid: torch.Tensor,
+                    replaced: torch.Tensor, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """`attention_shares` with the value parts u (S, nh, C) given (`value_parts`): rows
+    start..start+n-1 read sources up to themselves only, so one row at `start` = i costs i + 1 sources."""
     nh, n, S = pattern.shape
-    C = W_O.shape[0]
-    u = torch.einsum("tnd,cnd->tnc", v, W_O)  # (S, nh, C) each source's value through each head's output map
+    C = u.shape[-1]
     whole_norm = resid_mid.abs().sum(-1)  # (n,)
     raw = torch.full((n, S, nh), FLOOR, dtype=torch.float32, device=pattern.device)  # (n, S, nh)
     rows = max(1, min(CHUNK_ELEMENTS // (S * nh * C), -(-S // QUERY_BLOCKS)))  # >= 8 blocks: ~56 % of the square

@@ -48,16 +48,27 @@ def _source(layer: int, token: int) -> str:
 def threshold_shares(c: FlowContributions, threshold: float):
     """(attn (L,T,T,nh), attn_residual (L,T), mlp (L,T), mlp_residual (L,T)) with every share
     <= threshold zeroed and each representation's survivors renormalised (all zero if none survive)."""
-    attn = np.where(c.attn > threshold, c.attn, 0.0).astype(np.float32)
-    ares = np.where(c.attn_residual > threshold, c.attn_residual, 0.0).astype(np.float32)
-    denom = attn.sum(axis=(2, 3)) + ares  # (L, T)
+    return (*threshold_attention(c.attn, c.attn_residual, threshold),
+            *threshold_mlp(c.mlp, c.mlp_residual, threshold))
+
+
+def threshold_attention(attn: np.ndarray, attn_residual: np.ndarray, threshold: float):
+    """attn (..., T, nh) and attn_residual (...) of the same representations -> both thresholded
+    and renormalised (flow_route.py calls it on single rows: the same operations, the same numbers)."""
+    attn = np.where(attn > threshold, attn, 0.0).astype(np.float32)
+    ares = np.where(attn_residual > threshold, attn_residual, 0.0).astype(np.float32)
+    denom = attn.sum(axis=(-2, -1)) + ares  # (...)
     scale = np.divide(1.0, denom, out=np.zeros_like(denom), where=denom > 0)
-    mlp = np.where(c.mlp > threshold, c.mlp, 0.0)
-    mres = np.where(c.mlp_residual > threshold, c.mlp_residual, 0.0)
+    return attn * scale[..., None, None], ares * scale
+
+
+def threshold_mlp(mlp: np.ndarray, mlp_residual: np.ndarray, threshold: float):
+    """mlp and mlp_residual (any shape, the same) -> both thresholded and renormalised, float32."""
+    mlp = np.where(mlp > threshold, mlp, 0.0)
+    mres = np.where(mlp_residual > threshold, mlp_residual, 0.0)
     mden = mlp + mres
     mscale = np.divide(1.0, mden, out=np.zeros_like(mden), where=mden > 0)
-    return (attn * scale[:, :, None, None], ares * scale, (mlp * mscale).astype(np.float32),
-            (mres * mscale).astype(np.float32))
+    return (mlp * mscale).astype(np.float32), (mres * mscale).astype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -106,10 +117,15 @@ class FlowGraph:
 
 
 def _check(c: FlowContributions, position: int, threshold: float) -> int:
+    return check_position_threshold(c.n_tokens, position, threshold)
+
+
+def check_position_threshold(T: int, position: int, threshold: float) -> int:
+    """The position as 0..T-1; FlowError for a position outside a prompt of T tokens or a threshold
+    outside (0, 1)."""
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 < float(threshold) < 1.0:
         raise FlowError(f"threshold must be a number strictly between 0 and 1, got {threshold!r}; "
                         f"the usual value is 0.04")
-    T = c.n_tokens
     if isinstance(position, bool) or not isinstance(position, (int, np.integer)) or not -T <= position < T:
         raise FlowError(f"position {position!r} is outside the prompt of {T} tokens; pick 0..{T - 1} "
                         f"(or -1 for the last)")
