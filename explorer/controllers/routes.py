@@ -21,6 +21,7 @@ from explorer.controllers.base import PanelController
 from explorer.views.routes.protocol import RoutesView
 from explorer.controllers.live import LiveRequest
 from explorer.session.events import ModelSwapped
+from explorer.session.routes_long import LONG_TOKENS
 from explorer.views.routes.panel import RoutesPanel
 
 log = logging.getLogger("explorer.routes")
@@ -35,7 +36,7 @@ class RoutesController(PanelController[RoutesView]):
 
     drawn = Signal(object)  # the RouteGraph just drawn (tests and the bench record every frame)
     view_class = RoutesPanel
-    task_keys = (TASK_KEY, "routes-node", "routes-edge", "routes-rank", "routes-training")
+    task_keys = (TASK_KEY, "routes-graph", "routes-node", "routes-edge", "routes-rank", "routes-training")
     background_keys = ("routes-rank",)  # a ranking the user started (L × H × 2 forwards) goes on when hidden
 
     def __init__(self, ctx, view: RoutesView, parent: QObject | None = None, debounce_ms: int = DEBOUNCE_MS):
@@ -46,6 +47,7 @@ class RoutesController(PanelController[RoutesView]):
         self.computed = 0  # contributions computed (tests: a threshold move must not add one)
         self._training_asked = False
         self._ranking = False  # a head ranking is in flight
+        self._applied = (0.04, -1)  # the threshold and position box value of the graph on screen
         self.live = LiveRequest(self._start, debounce_ms, parent=self)
         self.timer = self.live.timer
         panel.promptChanged.connect(lambda _text: self.live.poke())
@@ -113,6 +115,12 @@ class RoutesController(PanelController[RoutesView]):
         self.computed += 1
         self.live.follow_work(result.elapsed_s * 1000)  # as attention's: half the last computation
         new_prompt = self.result is None or self.result.text != result.text
+        self.view.offer_prompt("")
+        if result.rows_only:  # a long prompt: its graphs compute their rows in the worker
+            self.result = result
+            self.view.set_ablation_badge(result.ablation.text())
+            self._graph_task(result, new_prompt=new_prompt)
+            return
         if self._draw(result, new_prompt=new_prompt):
             self.result = result
             self.view.set_ablation_badge(result.ablation.text())
@@ -126,23 +134,64 @@ class RoutesController(PanelController[RoutesView]):
         try:
             graph = self.ctx.session.routes.graph(result, self.view.threshold(), self.view.position())
         except ValueError as exc:
-            self.view.set_error(self.report_error(exc, "Routes not drawn").inline)
+            self._refused(exc)
             return False
+        self._show(result, graph, new_prompt)
+        return True
+
+    def _show(self, result, graph, new_prompt: bool) -> None:
         self.graph = graph
+        self._applied = (graph.threshold, self.view.position())
         self.view.set_graph(result, graph, new_prompt=new_prompt)
         self.drawn.emit(graph)
-        return True
+
+    def _refused(self, exc: BaseException) -> None:
+        """A threshold or position the graph cannot take: said, and the boxes back at what is drawn
+        (a box never shows a value that is not applied)."""
+        self.view.set_error(self.report_error(exc, "Routes not drawn").inline)
+        self.view.set_threshold(self._applied[0])
+        self.view.set_position(self._applied[1])
 
     def redraw(self) -> None:
         """Threshold or position moved: the kept contributions, a new graph, no forward."""
         if self.result is None:
             return
-        if self._draw(self.result):
+        if self.result.rows_only:
+            self._graph_task(self.result)
+        elif self._draw(self.result):
             self.view.set_status(f"{self.result.n_tokens} tokens · threshold {self.graph.threshold:g}")
 
+    # -- a long prompt's graph (worker): the route first, then the window's grey edges ---------------
+    def _graph_task(self, result, *, new_prompt: bool = False, window: bool = False) -> None:
+        session, threshold, position = self.ctx.session, self.view.threshold(), self.view.position()
+
+        def work(token, _progress):
+            return session.routes.graph(result, threshold, position, window=window, cancel=token)
+
+        def show(graph) -> None:
+            if result is not self.result:
+                return  # another prompt was computed meanwhile
+            self._show(result, graph, new_prompt)
+            crop = f" ({result.cropped} cropped)" if result.cropped else ""
+            more = "" if window else " · grey context edges next…"
+            self.view.set_status(f"{result.n_tokens} tokens{crop} · route {result.elapsed_s * 1000:.0f} ms{more}")
+            self.mark_ready()
+            if not window:
+                self._graph_task(result, window=True)
+
+        def failed(exc) -> None:
+            self._refused(exc)
+            self.mark_ready()
+
+        self.submit("routes-graph", work, on_result=show, on_error=failed)
+
     def _on_error(self, exc: BaseException) -> None:
-        """The last good graph (same model) stays under the message."""
+        """The last good graph (same model) stays under the message, dimmed and named as the previous
+        prompt's when the text changed; an unreadable prompt gets the run's probe prompt offered."""
         self.view.set_error(self.report_error(exc, "Routes failed").inline)
+        self.view.offer_prompt(getattr(exc, "offer", None) or "")
+        if self.result is not None and self.result.text != self.view.prompt_text():
+            self.view.set_stale(self.result.text)
         self.mark_ready()  # the reason there is no graph is drawn
 
     # -- node, edge, ranking (worker) ---------------------------------------------------------------
@@ -168,7 +217,8 @@ class RoutesController(PanelController[RoutesView]):
             tok = result.tokens
             self.view.set_edge_test(
                 f"L{t.layer} H{t.head} reading {tok[t.source]!r} ({t.source}) into {tok[t.target]!r} ({t.target}): "
-                f"route weight {t.route_weight:.3f} · removing it: Δ log p({t.token_text!r}) = {t.delta_logprob:+.3f}")
+                f"weight {t.route_weight:.3f} after the threshold (raw share {t.share:.3f}, as ranked) · "
+                f"removing it: Δ log p({t.token_text!r}) = {t.delta_logprob:+.3f}")
 
         self.submit("routes-edge", lambda token, _p: session.routes.remove_edge(result, graph, edge),
                     on_result=show, on_error=lambda exc: self.view.set_edge_test(
@@ -236,6 +286,10 @@ class RoutesController(PanelController[RoutesView]):
         def write(path: str):
             if self.result is None:
                 raise ValueError("nothing to export yet: type a prompt of at least 2 tokens first")
+            if self.result.rows_only and kind in ("csv", "npz"):
+                raise ValueError(f"at {self.result.n_tokens} tokens only the rows on the route are computed (the "
+                                 f"whole T × T contributions take minutes and GBs); export the graph as PNG/SVG, or "
+                                 f"shorten the prompt to {LONG_TOKENS} tokens or fewer for the contributions")
             if kind in ("png", "svg"):
                 return self.view.export_image(path)
             if kind == "csv":

@@ -18,6 +18,7 @@ import time
 import numpy as np
 import torch
 
+from explorer.session.routes_long import LONG_TOKENS, LongRoutes
 from explorer.session.routes_over_training import routes_over_training
 from explorer.session.routes_results import (NODE_KINDS, BlockEffect, EdgeTest, HeadRanking, RouteGraph,
                                              RoutesResult)
@@ -32,17 +33,24 @@ class RoutesDomain:
         # ids and probabilities it last gave (the kept rows reuse them). Valid for one version: every
         # swap, ablation or setting bumps it, and the bump calls forget().
         self._typing = None  # (FlowState, (T,) int64 ids, (T,) float32 probs) | None
+        self.long = LongRoutes()  # past LONG_TOKENS: the route's rows only (routes_long.py)
 
     def forget(self) -> None:
         """Drop the typing state (the core calls it at every version bump: it holds the old model)."""
         self._typing = None
+        self.long.forget()
 
     # -- the contributions (one forward) -----------------------------------------------------------
     def compute(self, text: str) -> RoutesResult:
         """Every block's shares for `text` (cropped from the left to block_size) and the model's
         top-1 next token after every position."""
         self.core.require_model()
-        ids = self.core.encode(text)
+        try:
+            ids = self.core.encode(text)
+        except ValueError as exc:  # a char model and a text it cannot read: offer its run's probe prompt
+            from explorer.session.routes_prompt import unencodable
+
+            raise unencodable(exc, self.core.info, self.core.encode, self.core.training.follower_for) from exc
         with self.core.lock:
             model = self.core.require_model()
             version, ablation = self.core.version, self.core.interp.ablation
@@ -51,6 +59,8 @@ class RoutesDomain:
             ids = ids[cropped:]
             self.core.check_token_ids(ids, model)
             started = time.perf_counter()
+            if len(ids) > LONG_TOKENS:
+                return self._compute_long(text, model, ids, cropped, version, ablation, started)
             flow, top_i, top_p = self._flow_and_predictions(model, ids)
             elapsed = time.perf_counter() - started
         return RoutesResult(
@@ -59,6 +69,18 @@ class RoutesDomain:
             predicted_ids=top_i, predicted_texts=tuple(self.core.token_strings(top_i)),
             predicted_probs=top_p, replaced_heads=tuple(flow.replaced_heads), cropped=cropped,
             ablation=ablation, version=version, elapsed_s=elapsed)
+
+    def _compute_long(self, text, model, ids, cropped, version, ablation, started) -> RoutesResult:
+        """One forward kept (gptcore.RouteState), no T x T contributions: graphs compute their rows."""
+        self._typing = None  # its (L, T, T, nh) arrays would be the memory this path saves
+        state, top_i, top_p = self.long.compute(model, ids, version)
+        L, T, nh = state.L, state.T, state.nh
+        return RoutesResult(
+            text=text, token_ids=np.asarray(ids, dtype=np.int64), tokens=tuple(self.core.token_strings(ids)),
+            attn=np.zeros((L, T, 0, nh), np.float32), attn_residual=np.zeros((L, T), np.float32), mlp=state.mlp,
+            mlp_residual=state.mlp_residual, predicted_ids=top_i, predicted_texts=tuple(self.core.token_strings(top_i)),
+            predicted_probs=top_p, replaced_heads=state.replaced_heads, cropped=cropped, ablation=ablation,
+            version=version, elapsed_s=time.perf_counter() - started, rows_only=True)
 
     def _flow_and_predictions(self, model, ids: list[int]):
         """The shares and the top-1 id and probability after every position, from one forward of the
@@ -78,12 +100,21 @@ class RoutesDomain:
         return flow, top_i, top_p
 
     # -- the graph (no forward) ----------------------------------------------------------------------
-    def graph(self, result: RoutesResult, threshold: float = 0.04, position: int = -1) -> RouteGraph:
-        """`flow_graph` over the kept shares: cheap enough for every slider move."""
+    def graph(self, result: RoutesResult, threshold: float = 0.04, position: int = -1, *, window: bool = False,
+              cancel=None) -> RouteGraph:
+        """`flow_graph` over the kept shares: cheap enough for every slider move. A long prompt's
+        (rows_only) computes the rows it needs under the lock (a worker's job): the route, and with
+        `window` the grey edges into a window of positions around the chosen one."""
         from gptcore import flow_graph
 
+        if result.rows_only:
+            with self.core.lock:
+                g, span = self.long.graph(result, float(threshold), int(position), window, cancel)
+                top = self.long.top_row(result, g.position) if not g.route else None
+            return graph_arrays(g, result, threshold, g.position, window=span, top=top)
         g = flow_graph(contributions_of(result), position=int(position), threshold=float(threshold))
-        return graph_arrays(g, result, threshold, g.position)
+        top = (result.attn[-1, g.position], float(result.attn_residual[-1, g.position])) if not g.route else None
+        return graph_arrays(g, result, threshold, g.position, top=top)
 
     # -- what a node writes ------------------------------------------------------------------------
     def block_effect(self, result: RoutesResult, node: str, top_k: int = TOP_TOKENS) -> BlockEffect:
@@ -117,9 +148,14 @@ class RoutesDomain:
             self.core.require_model()
             version = self.core.version
             delta = self._removal(result, layer, head, source, target, graph.position, graph.target_id)
+            share = self._raw_rows(result, target)[layer, source, head]
         return EdgeTest(layer=layer, head=head, source=source, target=target,
                         route_weight=float(graph.heads[edge, head]), delta_logprob=delta,
-                        token_text=graph.target_text, version=version)
+                        token_text=graph.target_text, version=version, share=float(share))
+
+    def _raw_rows(self, result: RoutesResult, position: int) -> np.ndarray:
+        """(L, T, nh) the raw shares into `position` (the core's lock held by the caller)."""
+        return self.long.rows_at(result, position) if result.rows_only else result.attn[:, position]
 
     def _removal(self, result, layer: int, head: int, source: int, target: int, position: int, token: int) -> float:
         """gptcore.remove_edge_effect on the prompt up to `position` (causal: later tokens cannot
@@ -135,14 +171,14 @@ class RoutesDomain:
         head); Spearman's rank correlation of share and −Δ."""
         position = check_position(position, result.n_tokens)
         L, nh = result.n_layer, result.n_head
-        shares = result.attn[:, position, : position + 1]  # (L, S, nh)
-        sources = shares.argmax(axis=1)  # (L, nh) the token each head reads most
         token = int(result.predicted_ids[position])
         route, effect, labels = np.zeros(L * nh), np.zeros(L * nh), []
         started = time.perf_counter()
         with self.core.lock:
             self.core.require_model()
             version = self.core.version
+            shares = self._raw_rows(result, position)[:, : position + 1]  # (L, S, nh)
+            sources = shares.argmax(axis=1)  # (L, nh) the token each head reads most
             for k in range(L * nh):
                 if cancel is not None and cancel():
                     from gptcore.errors import Cancelled
@@ -218,9 +254,11 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def graph_arrays(g, result: RoutesResult, threshold: float, position: int) -> RouteGraph:
+def graph_arrays(g, result: RoutesResult, threshold: float, position: int, window=None, top=None) -> RouteGraph:
     """A FlowGraph's edges as numbered nodes and arrays (the view draws them at once), with the
-    per-head split of every attention edge read from its thresholded head shares."""
+    per-head split of every attention edge read from its thresholded head shares. `top`: the raw
+    attention row and residual share into the chosen position at the last layer, given when the
+    route is empty, to say under which threshold it would show."""
     index: dict[str, int] = {}
     names: list[str] = []
     for s, d, _w in g.edges:
@@ -244,4 +282,15 @@ def graph_arrays(g, result: RoutesResult, threshold: float, position: int) -> Ro
                       node_kind=parsed[:, 0].astype(np.int8), node_layer=parsed[:, 1], node_pos=parsed[:, 2],
                       src=src, dst=dst, weight=weight, on_route=on_route, is_attention=is_attention, heads=heads,
                       residual=residual, target_id=token, target_text=result.predicted_texts[position],
-                      target_prob=float(result.predicted_probs[position]), version=result.version)
+                      target_prob=float(result.predicted_probs[position]), version=result.version,
+                      window=window, route_below=route_limit(result, position, top))
+
+
+def route_limit(result: RoutesResult, position: int, top) -> float:
+    """The threshold under which the route to `position` reaches through the last layer's attention
+    into an earlier token: min(the larger MLP share, the largest attention share or residual)."""
+    if top is None:
+        return float("nan")
+    row, residual = top
+    mlp = max(float(result.mlp[-1, position]), float(result.mlp_residual[-1, position]))
+    return min(mlp, max(float(np.max(row)), residual))

@@ -34,6 +34,8 @@ class RoutesResult:
     ablation: AblationState = NO_ABLATION
     version: int = 0
     elapsed_s: float = 0.0  # information_flow + the logits forward
+    rows_only: bool = False  # a long prompt: attn is (L, T, 0, nh) and attn_residual zeros; the session
+    # keeps the forward and computes the rows a graph needs (gptcore.RouteState), never the T x T whole
 
     @property
     def n_layer(self) -> int:
@@ -70,6 +72,8 @@ class RouteGraph:
     target_text: str = ""
     target_prob: float = 0.0
     version: int = 0
+    window: tuple[int, int] | None = None  # (lo, hi): grey edges only into positions lo..hi-1 (None: all drawn)
+    route_below: float = float("nan")  # the threshold under which the route reaches an attention edge
 
     @property
     def n_edges(self) -> int:
@@ -99,10 +103,11 @@ class EdgeTest:
     head: int
     source: int  # token j read
     target: int  # position i written
-    route_weight: float  # that head's weight on the edge
+    route_weight: float  # that head's weight on the edge after the threshold (renormalised), as drawn
     delta_logprob: float
     token_text: str  # the chosen token
     version: int = 0
+    share: float = float("nan")  # that head's raw share (before the threshold), as the ranking table shows
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,8 @@ class _Keep:
 
     def _mlp_done(self, l: int):
         def done(_module, _inputs, out):  # out (1, T, C)
+            if l == self.model.config.n_layer - 1:
+                self.kept["final"] = out[0].detach()  # (T, C) the last residual, for predictions()
             mid = self.kept[l, "mid"].float()  # (T, C)
             m, r = two_part_shares(self.kept.pop((l, "mlp_out")).float(), mid, out[0].detach().float())
             self.mlp[l], self.mlp_residual[l] = m.cpu().numpy(), r.cpu().numpy()
@@ -137,6 +139,19 @@ class RouteState:
     @property
     def replaced_heads(self) -> tuple[tuple[int, int], ...]:
         return tuple((int(l), int(h)) for l, h in zip(*np.nonzero(self.replaced)))
+
+    @torch.no_grad()
+    def predictions(self, chunk: int = 256) -> tuple[np.ndarray, np.ndarray]:
+        """(T,) the top-1 next-token id after every position and (T,) its probability, through the
+        final norm and unembedding `chunk` rows at a time (never the whole (T, vocab) softmax)."""
+        x = self._kept["final"]  # (T, C)
+        ids, probs = [], []
+        for c0 in range(0, self.T, chunk):
+            logits = self.model._unembed(self.model.ln_final(x[None, c0:c0 + chunk]))[0].float()  # (r, vocab)
+            top, idx = logits.max(dim=-1)  # (r,) each
+            probs.append(torch.exp(top - torch.logsumexp(logits, dim=-1)).cpu().numpy())
+            ids.append(idx.cpu().numpy().astype(np.int64))
+        return np.concatenate(ids), np.concatenate(probs).astype(np.float32)
 
     @property
     def rows_computed(self) -> int:

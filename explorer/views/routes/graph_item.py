@@ -17,8 +17,9 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor
+from PySide6.QtGui import QColor, QFontMetrics
 
+from explorer.views.routes.ticks import short_label, thinned_ticks
 from explorer.widgets.token_stream import visible_token
 
 KIND_X, KIND_A, KIND_M, KIND_I = 0, 1, 2, 3
@@ -87,6 +88,10 @@ class RouteGraphPlot(pg.PlotWidget):
         self._hovered = -1
         self._node_hit = False
         self._ticks_for = None  # (tokens, n_layer) the axis ticks were set for
+        self._labels: list[str] = []  # every token's label (shown thinned: ticks.py)
+        self._chosen: int | None = None
+        self.getPlotItem().getViewBox().sigXRangeChanged.connect(lambda *_: self._thin_ticks())
+        self.shown_ticks: list[tuple[int, str]] = []  # the token labels on the axis now (tests read them)
         self.drawn_edges = 0  # edges drawn now (tests read it)
         self.route_edges = 0
 
@@ -114,11 +119,30 @@ class RouteGraphPlot(pg.PlotWidget):
         T = len(tokens)
         if (tuple(tokens), n_layer) != self._ticks_for:  # re-laying out the axes costs more than the edges
             self._ticks_for = (tuple(tokens), n_layer)
-            self.getAxis("bottom").setTicks([[(i, visible_token(t)) for i, t in enumerate(tokens)]])
+            self._labels = [short_label(visible_token(t)) for t in tokens]
             self.getAxis("left").setTicks([row_ticks(n_layer)])
+        self._chosen = int(graph.position)
+        window = getattr(graph, "window", None)
         if reset_view:
-            self.setXRange(-0.6, max(T - 0.4, 0.6), padding=0)
+            lo, hi = window if window is not None else (0, T)
+            self.setXRange(lo - 0.6, max(hi - 0.4, lo + 0.6), padding=0)
             self.setYRange(-0.5, 2 * n_layer + 0.5, padding=0)
+        self._thin_ticks()
+
+    def _thin_ticks(self) -> None:
+        """Label every n-th visible token so that no two labels overlap (the chosen one always)."""
+        if not getattr(self, "_labels", None):  # resizeEvent comes during the base class's __init__
+            return
+        (x0, x1), _ = self.getPlotItem().getViewBox().viewRange()
+        metrics = QFontMetrics(self.getAxis("bottom").style.get("tickFont") or self.font())
+        ticks = thinned_ticks(self._labels, x0, x1, self.getPlotItem().getViewBox().width(), self._chosen,
+                              metrics.horizontalAdvance)
+        self.getAxis("bottom").setTicks([ticks])
+        self.shown_ticks = ticks
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._thin_ticks()
 
     def _draw_nodes(self, graph, x, y, src, dst, route) -> None:
         """Nodes on the route in their kind's colour, other nodes with an edge grey, the rest faint."""
@@ -143,7 +167,7 @@ class RouteGraphPlot(pg.PlotWidget):
         self._xy0 = self._xy1 = np.zeros((0, 2))
         self.drawn_edges = self.route_edges = 0
         self.getAxis("bottom").setTicks([[]])
-        self._ticks_for = None
+        self._ticks_for, self._labels, self._chosen, self.shown_ticks = None, [], None, []
 
     def select_edge(self, index: int) -> None:
         """Outline edge `index` (-1: none)."""

@@ -44,6 +44,7 @@ class RoutesPanel(QWidget):
         self._graph = None
         self._tokens: list[str] = []
         self._selected = -1
+        self.stale = False  # the graph belongs to an earlier prompt (set_stale)
 
         self.prompt = QPlainTextEdit()
         self.prompt.setPlaceholderText("Type a prompt: the routes to the predicted token update as you type.")
@@ -52,6 +53,8 @@ class RoutesPanel(QWidget):
         self.prompt.textChanged.connect(lambda: self.promptChanged.emit(self.prompt.toPlainText()))
         self.count_label = QLabel("")
         self.count_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.count_label.setWordWrap(True)
+        self.count_label.setMaximumWidth(STATUS_MAX_PX)
         self.status_label = QLabel("")
         self.status_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         self.status_label.setWordWrap(True)
@@ -67,9 +70,14 @@ class RoutesPanel(QWidget):
         top = QHBoxLayout()
         top.addWidget(self.prompt, 1)
         top.addLayout(side)
+        self.offer_button = QPushButton("")  # "Use this model's probe prompt: …" (offer_prompt)
+        self.offer_button.hide()
+        self.offer_button.clicked.connect(lambda: self.set_prompt_text(self._offer))
+        self._offer = ""
 
         layout = QVBoxLayout(self)
         layout.addLayout(top)
+        layout.addWidget(self.offer_button, 0, Qt.AlignmentFlag.AlignLeft)
         layout.addLayout(self._controls())
         splitter = QSplitter(Qt.Orientation.Horizontal)
         self.graph = RouteGraphPlot()
@@ -181,6 +189,33 @@ class RoutesPanel(QWidget):
     def position(self) -> int:
         return int(self.position_box.value())
 
+    def set_threshold(self, value: float) -> None:
+        """Show `value` (the threshold drawn) without asking for a redraw."""
+        for w, v in ((self.threshold_box, float(value)), (self.slider, int(round(float(value) * SLIDER_STEPS)))):
+            w.blockSignals(True)
+            w.setValue(v)
+            w.blockSignals(False)
+
+    def set_position(self, value: int) -> None:
+        self.position_box.blockSignals(True)
+        self.position_box.setValue(int(value))
+        self.position_box.blockSignals(False)
+
+    def set_stale(self, prompt: str) -> None:
+        """The graph on screen belongs to `prompt`, not to the text now in the box: dimmed and said."""
+        self.graph.setOpacity(0.3)
+        shown = prompt if len(prompt) <= 40 else prompt[:39] + "…"
+        self.target_label.setText(f"<span style='color:#6b7280'>dimmed: the graph of the previous prompt "
+                                  f"{shown!r}</span>")
+        self.stale = True
+
+    def offer_prompt(self, text: str) -> None:
+        """A prompt this model can read (its run's probe prompt), offered on a button; '' hides it."""
+        self._offer = text
+        shown = text if len(text) <= 50 else text[:49] + "…"
+        self.offer_button.setText(f"Use this model's training-run probe prompt: {shown!r}")
+        self.offer_button.setVisible(bool(text))
+
     def set_graph(self, result, graph, *, new_prompt: bool = True) -> None:
         """Draw `graph` (RouteGraph-shaped) of `result` (RoutesResult-shaped)."""
         first = self._graph is None or len(self._tokens) != len(result.tokens)
@@ -190,7 +225,9 @@ class RoutesPanel(QWidget):
         self.remove_button.setEnabled(False)
         if not self.table.rowCount():  # an "out of date" line belonged to the graph this one replaces
             self.rank_label.setText(RANK_HINT)
-        self.count_label.setText(f"{graph.n_edges} edges above {graph.threshold:g} · {graph.n_route} on the route")
+        self.graph.setOpacity(1.0)
+        self.stale = False
+        self.count_label.setText(count_text(graph, len(self._tokens)))
         pos = graph.position
         self.target_label.setText(f"after {visible_token(self._tokens[pos])!r} (position {pos}) → predicts "
                                   f"{visible_token(graph.target_text)!r} (p = {graph.target_prob:.2f})")
@@ -198,6 +235,8 @@ class RoutesPanel(QWidget):
     def clear_results(self, reason: str) -> None:
         self._graph, self._tokens, self._selected = None, [], -1
         self.graph.clear_graph()
+        self.graph.setOpacity(1.0)
+        self.stale = False
         self.table.clear_rows()
         self.count_label.setText("")
         self.target_label.setText("")
@@ -322,9 +361,25 @@ class RoutesPanel(QWidget):
         if g.is_attention[index]:
             heads = np.asarray(g.heads[index], float)
             order = [h for h in np.argsort(-heads) if heads[h] > 0][:6]
-            split = " · ".join(f"H{h} {heads[h]:.3f}" for h in order)
+            split = "after the threshold: " + " · ".join(f"H{h} {heads[h]:.3f}" for h in order)
             residual = float(g.residual[index])
             if residual > 0:
                 split += f" · residual {residual:.3f}"
             text += f" — {split}" if split else ""
         return text
+
+
+def count_text(graph, n_tokens: int) -> str:
+    """'120 edges above 0.04 · 46 on the route', what a window leaves out, and for an empty route
+    the threshold that would show it."""
+    text = f"{graph.n_edges} edges above {graph.threshold:g} · {graph.n_route} on the route"
+    window = getattr(graph, "window", None)
+    if window is not None:
+        lo, hi = window
+        text += (f"<br>grey edges only into tokens {lo}–{hi - 1}: the other {n_tokens - (hi - lo)} of "
+                 f"{n_tokens} tokens' are not computed or drawn (the route is, wherever it goes)")
+    below = getattr(graph, "route_below", float("nan"))
+    if graph.n_route == 0:
+        hint = f"below {below:.2f}" if np.isfinite(below) and below > 0 else "lower"
+        text += f"<br><b>nothing on the route above {graph.threshold:g}: set the threshold {hint} to see it</b>"
+    return text

@@ -16,7 +16,7 @@ class RankingTable(QTableWidget):
     """One row per head into the chosen position (the part it reads most): route share and its rank,
     the measured Δ log-prob of removing that part and its rank (rank 1 = strongest). Sorted by share."""
 
-    HEADERS = ("head ← token", "share", "rank", "Δ log p", "rank")
+    HEADERS = ("head ← token", "raw share", "rank", "Δ log p", "rank")
 
     def __init__(self, parent=None):
         super().__init__(0, len(self.HEADERS), parent)
@@ -27,8 +27,9 @@ class RankingTable(QTableWidget):
         header = self.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        self.setToolTip("Share: the head's part (reading that token) in the chosen position's attention block, "
-                        "from the one forward of the routes.\nΔ log p: the chosen token's log-probability change "
+        self.setToolTip("Raw share: the head's part (reading that token) in the chosen position's attention block, "
+                        "from the one forward of the routes, before the threshold (the graph's hover shows the "
+                        "weight after it: the shares above the threshold, renormalised).\nΔ log p: the chosen token's log-probability change "
                         "when exactly that part is removed and the model re-run.\nRank 1 = strongest; close ranks = "
                         "the cheap picture and the causal one agree.")
 
