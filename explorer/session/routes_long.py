@@ -13,7 +13,7 @@ import numpy as np
 
 LONG_TOKENS = 128  # past this many tokens: route + window, not the full contributions
 WINDOW_BUDGET = 1_400_000_000  # rows x sources x heads x width for the window (~1 s on 2 cores)
-WINDOW_MIN, WINDOW_MAX = 8, 64  # tokens in the window
+WINDOW_MIN, WINDOW_MAX = 8, 40  # tokens in the window
 
 
 def window_tokens(n_layer: int, n_tokens: int, n_head: int, n_embd: int) -> int:
@@ -56,15 +56,15 @@ class LongRoutes:
         return self.state
 
     def graph(self, result, threshold: float, position: int, window: bool, cancel=None):
-        """gptcore FlowGraph of the route, plus the window's grey edges when `window`."""
+        """(gptcore FlowGraph of the route plus, when `window`, the window's grey edges; the window)."""
         state = self.state_for(result)
         pos = int(position) % result.n_tokens if -result.n_tokens <= int(position) < result.n_tokens else position
         span = None
-        if window and isinstance(pos, int):
+        if isinstance(pos, int):  # the window shown from the route's first draw on; its rows when `window`
             cfg = state.model.config
             span = window_around(pos, result.n_tokens, window_tokens(cfg.n_layer, result.n_tokens, cfg.n_head,
                                                                      cfg.n_embd))
-        return state.graph(position, threshold, window=span, cancel=cancel), span
+        return state.graph(position, threshold, window=span if window else None, cancel=cancel), span
 
     def rows_at(self, result, position: int) -> np.ndarray:
         """(L, T, nh) the raw shares into `position` at every layer (what a ranking reads)."""

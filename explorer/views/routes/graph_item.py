@@ -91,6 +91,9 @@ class RouteGraphPlot(pg.PlotWidget):
         self._labels: list[str] = []  # every token's label (shown thinned: ticks.py)
         self._chosen: int | None = None
         self.getPlotItem().getViewBox().sigXRangeChanged.connect(lambda *_: self._thin_ticks())
+        # thinning keeps labels apart; pyqtgraph's own rule would drop a first or last label (the chosen
+        # token is often the last) whose text reaches past the axis ends
+        self.getAxis("bottom").setStyle(hideOverlappingLabels=False)
         self.shown_ticks: list[tuple[int, str]] = []  # the token labels on the axis now (tests read them)
         self.drawn_edges = 0  # edges drawn now (tests read it)
         self.route_edges = 0
@@ -125,7 +128,8 @@ class RouteGraphPlot(pg.PlotWidget):
         window = getattr(graph, "window", None)
         if reset_view:
             lo, hi = window if window is not None else (0, T)
-            self.setXRange(lo - 0.6, max(hi - 0.4, lo + 0.6), padding=0)
+            right = 0.6 + 0.04 * (hi - lo)  # room for the last (often the chosen) token's label
+            self.setXRange(lo - 0.6, max(hi - 1 + right, lo + 0.6), padding=0)
             self.setYRange(-0.5, 2 * n_layer + 0.5, padding=0)
         self._thin_ticks()
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QDoubleSpinBox, QHBoxLayout, QLabel, QMenu, QPlainTextEdit, QPushButton, QSlider, QSpinBox, QSplitter,
+    QDoubleSpinBox, QHBoxLayout, QLabel, QMenu, QPlainTextEdit, QPushButton, QSizePolicy, QSlider, QSpinBox,
+    QSplitter,
     QTabWidget, QToolButton, QVBoxLayout, QWidget,
 )
 
@@ -130,6 +131,7 @@ class RoutesPanel(QWidget):
         row.addWidget(QLabel("route to token"))
         row.addWidget(self.position_box)
         self.target_label = QLabel("")
+        self.target_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # never widens the panel
         row.addWidget(self.target_label, 1)
         row.addWidget(self.export_button)
         return row
@@ -376,8 +378,7 @@ def count_text(graph, n_tokens: int) -> str:
     window = getattr(graph, "window", None)
     if window is not None:
         lo, hi = window
-        text += (f"<br>grey edges only into tokens {lo}–{hi - 1}: the other {n_tokens - (hi - lo)} of "
-                 f"{n_tokens} tokens' are not computed or drawn (the route is, wherever it goes)")
+        text += f"<br>grey edges only for tokens {lo}–{hi - 1}: {n_tokens - (hi - lo)} of {n_tokens} not drawn"
     below = getattr(graph, "route_below", float("nan"))
     if graph.n_route == 0:
         hint = f"below {below:.2f}" if np.isfinite(below) and below > 0 else "lower"
