@@ -175,11 +175,17 @@ def test_the_edge_test_names_both_shares(qtbot, page_short, runner):
 
 def test_a_run_model_that_cannot_read_the_prompt_is_offered_its_probe_prompt(qtbot, runner, tmp_path):
     from gptcore.io.char_tokenizer import CharTokenizer
+    from gptcore.training.run import RUN_FORMAT
+
+    from explorer.session.results import RunStep
 
     chars = sorted(set("abc ."))
     session = Session.tiny(vocab_size=len(chars))
     session.adopt(session.model, name="run model", source=f"training run {tmp_path} (gpt2)",
-                  tokenizer=CharTokenizer(chars), tokenizer_name="char")
+                  tokenizer=CharTokenizer(chars), tokenizer_name="char",
+                  run=RunStep(root=str(tmp_path), scheme="gpt2", step=100, max_iters=100))
+    (tmp_path / "run.json").write_text(json.dumps({"format": RUN_FORMAT, "schemes": ["gpt2"], "model_config": {},
+                                                   "train_config": {"max_iters": 100}, "corpus": {}, "tokenizer": {}}))
     probe = {"kind": "probe", "time": 1.0, "step": 100, "scheme": "gpt2",
              "routes": {"prompt": "ab cab. abc", "edges": [["X0_1", "A0_3", 0.2]]}}
     (tmp_path / "trace.jsonl").write_text(json.dumps({"kind": "start", "time": 0.0, "step": 0}) + "\n"
