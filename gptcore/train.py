@@ -18,7 +18,8 @@ Settings use nanoGPT's override style, `--key=value` (or `--key value`):
   preset: a named starting point with its own data (`--preset=induction`: an induction head forms in
   about a minute on one CPU thread, gptcore/training/presets.py); other settings override it.
 Defaults are nanoGPT's CPU recipe (TrainConfig.cpu_recipe, CPU_RECIPE_MODEL) with dtype=auto
-(bfloat16 where the hardware computes it natively; run.json records what was used). SIGINT (Ctrl-C) and
+(on a CPU: bfloat16 autocast where a few timed steps of the model find it faster, the figures
+printed and kept in run.json and the trace; on CUDA train.py's choice). SIGINT (Ctrl-C) and
 SIGTERM save a checkpoint and stop cleanly (exit 130 and 0). Bad settings, data or a config that
 will not fit in memory are refused before anything starts, with a message and exit status 2.
 """

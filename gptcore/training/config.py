@@ -36,10 +36,11 @@ class TrainConfig:
     run nanoGPT's README suggests for a CPU. `seed` seeds the batches (data.py draws batch `it`
     from a generator seeded by (seed, it)); `device` is where the model trains (None: wherever
     the model already is). `dtype` is the autocast type of forward and backward; weights and
-    optimizer stay float32. "float32" = no autocast; "auto" (default) = bfloat16 where the
-    hardware computes it natively — CUDA with bf16 (else float16, as train.py picks), a CPU with
-    AVX512-BF16 or AMX, where matrix products run ~2x faster and the CPU recipe's loss curve was
-    unchanged (val 1.9829 at 500 iterations either way) — and float32 elsewhere.
+    optimizer stay float32. "float32" = no autocast; "auto" (default) = on CUDA train.py's choice
+    (bfloat16 where supported, else float16); on a CPU bfloat16 where timing the run's model both
+    ways finds it clearly faster (autocast_choice.py: 1.5-2.5x on CPUs with AMX or avx512_bf16,
+    10x slower on one without; the CPU recipe's loss curve was unchanged, val 1.9829 at 500
+    iterations either way), else float32; float32 on other devices.
     """
 
     batch_size: int = 12  # sequences per micro-step

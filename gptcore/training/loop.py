@@ -95,6 +95,7 @@ class TrainingRun:
                           "vocab": "char_vocab.json" if self.corpus.tokenizer == "char" else None},
             "world_size": plan.world_size, "device": plan.device,
             "dtype": next(iter(self.trainers.values())).dtype,  # what "auto" became on this machine
+            "autocast": None if self._choice() is None else self._choice().to_dict(),  # and why (timings)
             "probe_interval": plan.probe_interval, "preset": plan.preset,
             "max_time": plan.max_time, "checkpoints": {s: self.folder.ckpt(s, plan.schemes).name for s in plan.schemes},
         }
@@ -108,6 +109,16 @@ class TrainingRun:
         self.recorder = Recorder(self.folder, self.corpus, self.block_size, self.cfg.seed)
         self.writer.write("start", run=self.meta["run"], schemes=list(plan.schemes), step=self.start_step,
                           max_iters=self.cfg.max_iters, resumed=plan.resume, world_size=plan.world_size)
+        if self._choice() is not None:  # "auto" on a CPU: the timings that decided it
+            self.writer.write("message", text=self._choice().describe())
+            self.say(self._choice().describe())
+        for text in self.cfg.warnings():  # what nanoGPT would run too, but probably was not meant
+            self.writer.write("message", text=f"warning: {text}")
+            print(f"warning: {text}", file=sys.stderr)
+
+    def _choice(self):
+        """How the first scheme's trainer chose its autocast dtype (None unless "auto" was timed)."""
+        return next(iter(self.trainers.values())).dtype_choice
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> int:

@@ -9,6 +9,8 @@ panel, a terminal, a cluster job on a shared disk). Only rank 0 writes it. Layou
                          dict, "train_config": TrainConfig dict, "corpus": {...}, "tokenizer":
                          {"kind": "char"|"gpt2"|"ids", "vocab": "char_vocab.json" or null}, "world_size": n,
                          "device": str, "dtype": the autocast dtype training used ("auto" decided),
+                         "autocast": how "auto" was decided on a CPU (autocast_choice.AutocastChoice:
+                         {"dtype", "bf16_ms", "fp32_ms", "source", "machine"}) or null,
                          "probe_interval": n, "max_time": seconds or null,
                          "checkpoints": {scheme: file name of its latest ckpt}, "resumes": [
                          {"time", "step", "command"}]}

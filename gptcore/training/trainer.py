@@ -16,6 +16,7 @@ What the loop needs to watch the run is kept after each step: `last_loss`, `last
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from typing import Callable
 
@@ -111,16 +112,36 @@ class Trainer:
         self._params = [p for p in self.model.parameters() if p.requires_grad]
         self._group_names, index = grad_norm_groups(self.model)
         self._group_index = torch.tensor(index, device=self.device)
+        # "float32", "bfloat16" or "float16"; "auto" on a CPU is timed (before DDP hooks the parameters)
+        self.dtype, self.dtype_choice = self._choose_dtype()
         self._ddp = None
         if self.world_size > 1:
             from torch.nn.parallel import DistributedDataParallel
 
             ids = [self.device.index or 0] if self.device.type == "cuda" else None
             self._ddp = DistributedDataParallel(self.model, device_ids=ids)
-        self.dtype = resolve_dtype(train_config.dtype, self.device)  # "float32", "bfloat16" or "float16"
         dtype = _AUTOCAST.get(self.dtype)
         self._autocast = (lambda: torch.autocast(self.device.type, dtype=dtype)) if dtype else contextlib.nullcontext
         self._scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == "float16")
+
+    def _choose_dtype(self):
+        """(dtype, autocast_choice.AutocastChoice or None): "auto" on a CPU is decided by timing this
+        model both ways (cached per machine and shape); under torch.distributed rank 0's answer is
+        every process's, so they all compute alike. Anything else: resolve_dtype."""
+        if self.config.dtype != "auto" or self.device.type != "cpu":
+            return resolve_dtype(self.config.dtype, self.device), None
+        from gptcore.training.autocast_choice import choose_cpu_autocast
+
+        choice = choose_cpu_autocast(self.model, self.config.batch_size)
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            flag = torch.tensor([choice.dtype == "bfloat16"], dtype=torch.int32)
+            dist.broadcast(flag, src=0)
+            if bool(flag.item()) != (choice.dtype == "bfloat16"):
+                choice = dataclasses.replace(choice, dtype="bfloat16" if flag.item() else "float32",
+                                             source=f"{choice.source}; rank 0's choice")
+        return choice.dtype, choice
 
     # -- one optimizer step -------------------------------------------------------------------
     def step(self, x: torch.Tensor, y: torch.Tensor) -> float:
@@ -235,13 +256,14 @@ class Trainer:
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> str:
-    """TrainConfig.dtype with "auto" decided for `device`: bfloat16 where it is native (speed.py),
-    else float16 on CUDA (train.py's choice) and float32 elsewhere."""
+    """TrainConfig.dtype with "auto" decided where no timing is needed: on CUDA train.py's choice
+    (bfloat16 where supported, else float16), float32 on other devices. ("auto" on a CPU is timed:
+    Trainer._choose_dtype, autocast_choice.py.)"""
     if dtype != "auto":
         return dtype
-    if speed.native_bf16(device.type):
-        return "bfloat16"
-    return "float16" if device.type == "cuda" else "float32"
+    if device.type == "cuda":
+        return "bfloat16" if speed.native_bf16("cuda") else "float16"
+    return "float32"
 
 
 def _model_device(model: nn.Module) -> torch.device:

@@ -78,14 +78,17 @@ def test_accumulation_must_divide_among_processes():
         tc.local_accumulation(3)
 
 
-def test_auto_dtype_is_bf16_only_where_the_cpu_has_it(monkeypatch):
-    from gptcore.training import speed
+def test_auto_dtype_on_a_cpu_is_what_timing_finds_faster(monkeypatch, tmp_path):
+    from gptcore.training import autocast_choice
 
+    monkeypatch.setattr(autocast_choice, "cache_path", lambda: tmp_path / "speed.json")
     model = GPT(GPTConfig(**NANO), seed=0)
-    monkeypatch.setattr(speed, "native_bf16", lambda device_type: False)
+    monkeypatch.setattr(autocast_choice, "time_both", lambda m, b: (80.0, 50.0))  # bf16 slower
     assert Trainer(model, small_config(dtype="auto")).dtype == "float32"
-    monkeypatch.setattr(speed, "native_bf16", lambda device_type: device_type == "cpu")
-    assert Trainer(model, small_config(dtype="auto")).dtype == "bfloat16"
+    (tmp_path / "speed.json").unlink()
+    monkeypatch.setattr(autocast_choice, "time_both", lambda m, b: (20.0, 50.0))  # bf16 faster
+    trainer = Trainer(model, small_config(dtype="auto"))
+    assert trainer.dtype == "bfloat16" and trainer.dtype_choice.bf16_ms == 20.0
     assert TrainConfig().dtype == "auto"
 
 
