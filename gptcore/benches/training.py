@@ -11,9 +11,10 @@ the figures are the training step alone.
   (the side that goes first alternates too) after a warm-up, so load from other processes on a
   shared machine falls on both alike; ms/iteration is the median over blocks, the ratio the
   median over rounds of the two adjacent blocks' ratio (load drifts between rounds, less within
-  one); process CPU time is shown too. Target: our iterations per second >= 1.25x nanoGPT's. Ours is the Trainer as `python -m gptcore.train`
-  builds it: TrainConfig's dtype "auto" (bfloat16 autocast where the CPU has native bf16, else
-  float32; `--dtype` overrides) and fused AdamW; nanoGPT's is float32 with its non-fused AdamW, as train.py runs
+  one); process CPU time is shown too. Then each side's achieved GFLOP/s (benches/flops.py:
+  nanoGPT's estimate_mfu count) beside this machine's matmul peak, measured in the same run. Target: our iterations per second >= 1.25x nanoGPT's. Ours is the Trainer as `python -m gptcore.train`
+  builds it: TrainConfig's dtype "auto" (bfloat16 autocast where timing the model both ways finds it
+  faster, else float32: training/autocast_choice.py; `--dtype` overrides) and fused AdamW; nanoGPT's is float32 with its non-fused AdamW, as train.py runs
   on a CPU.
 - `--loss`: trains both from their own seeded initialisation for max(--loss-iters) iterations
   on the same batches and prints the val loss (same --eval-iters val batches for both) at
@@ -36,10 +37,12 @@ import torch
 
 from gptcore.model.config import GPTConfig
 from gptcore.model.gpt import GPT
+from gptcore.model.params import count_parameters
 from gptcore.training import speed
 from gptcore.training.config import CPU_RECIPE_MODEL, TrainConfig
 from gptcore.training.data import load_corpus
 from gptcore.training.trainer import Trainer
+from gptcore.benches import flops
 from gptcore.benches.nanogpt_loop import NanoGPTLoop, default_nanogpt_path, load_nanogpt
 from gptcore.benches.timing import machine_line
 
@@ -81,7 +84,7 @@ def time_interleaved(steps: dict, batches: list, iters: int, block: int, warmup:
 
 def run_train_bench(nanogpt: str | None = None, iters: int = 200, block: int = 10, warmup: int = 10,
                     dtype: str = "auto", loss_iters=(), eval_iters: int = 40, seed: int = 1337, say=print,
-                    same_init: bool = False) -> dict:
+                    same_init: bool = False, peak_size: int = flops.PEAK_SIZE) -> dict:
     """Prints the report through `say`; returns its figures (ms/iter, ratio, val losses)."""
     corpus = load_corpus()
     cfg = TrainConfig.cpu_recipe(dtype=dtype, eval_iters=eval_iters, seed=seed)
@@ -97,6 +100,8 @@ def run_train_bench(nanogpt: str | None = None, iters: int = 200, block: int = 1
     chosen = ours.dtype  # what "auto" became here
     say(f"ours: gptcore Trainer, {chosen + ' autocast' if chosen != 'float32' else 'float32'}, AdamW fused: "
         f"{bool(ours.optimizer.defaults.get('fused'))}; attention: SDPA (float32 under autocast)")
+    if ours.dtype_choice is not None:
+        say(f"  {ours.dtype_choice.describe()}")
     if module is None:
         say(MISSING.format(path=path))
     else:
@@ -128,9 +133,36 @@ def run_train_bench(nanogpt: str | None = None, iters: int = 200, block: int = 1
         say(f"  also: ratio of the wall medians {of_medians:.3f}; of the CPU-time medians {of_cpu:.3f}")
     else:
         say("ratio: n/a (no nanoGPT model.py to compare with)")
+    result.update(compute_report(GPTConfig(**model_args), rows, result, chosen, say, peak_size))
     if loss_iters:
         result["val_loss"] = loss_curves(corpus, model_args, cfg, module, max(loss_iters), say, same_init)
     return result
+
+
+def compute_report(config: GPTConfig, rows: int, timed: dict, dtype: str, say=print,
+                   peak_size: int = flops.PEAK_SIZE) -> dict:
+    """Each side's achieved GFLOP/s (nanoGPT's estimate_mfu count of a step's flops over its median
+    ms/iter) beside this machine's matrix-multiply peak measured now (fp32; bf16 too where ours
+    runs under bf16 autocast): how far the step is from what the hardware can do."""
+    work = flops.flops_per_iter(config, rows)
+    peaks = {"fp32": flops.matmul_peak(torch.float32, peak_size)}
+    if dtype == "bfloat16":
+        peaks["bf16"] = flops.matmul_peak(torch.bfloat16, peak_size)
+    say(f"compute: {work / 1e9:.3f} GFLOP per iteration (6·N·tokens + attention, nanoGPT's estimate_mfu; "
+        f"N = {count_parameters(config).non_embedding:,} non-embedding parameters, {rows * config.block_size:,} tokens)")
+    say("  peak: " + ", ".join(f"{name} matmul {value:.0f} GFLOP/s" for name, value in peaks.items())
+        + f" (square {peak_size}², best of {flops.PEAK_REPS}, measured now)")
+    out = {"gflop_per_iter": work / 1e9, **{f"peak_gflops_{k}": v for k, v in peaks.items()}}
+    for name in ("ours", "nanoGPT"):
+        if f"ms_per_iter_{name}" not in timed:
+            continue
+        achieved = flops.gflops(work, timed[f"ms_per_iter_{name}"])
+        out[f"gflops_{name}"] = achieved
+        shares = [f"{100 * achieved / peaks['fp32']:.0f} % of the fp32 matmul peak"]
+        if name == "ours" and "bf16" in peaks:
+            shares.insert(0, f"{100 * achieved / peaks['bf16']:.0f} % of the bf16 matmul peak (its autocast)")
+        say(f"  {name:<8}{achieved:9.1f} GFLOP/s achieved = {'; '.join(shares)}")
+    return out
 
 
 def loss_curves(corpus, model_args: dict, cfg: TrainConfig, module, n_iters: int, say=print,
@@ -193,13 +225,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--block", type=int, default=10, help="iterations per interleaved block (default 10)")
     parser.add_argument("--warmup", type=int, default=10, help="untimed iterations per side first (default 10)")
     parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
-                        help="our autocast dtype (auto: bfloat16 where the CPU has native bf16, else float32)")
+                        help="our autocast dtype (auto: bfloat16 where timed faster here, else float32)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads for both sides (default: torch's)")
     parser.add_argument("--loss", action="store_true", help="also train both and compare val loss")
     parser.add_argument("--loss-iters", default="500,2000", help="iterations of the --loss run (its largest counts)")
     parser.add_argument("--eval-iters", type=int, default=40, help="val batches per loss estimate (default 40)")
     parser.add_argument("--same-init", action="store_true",
                         help="--loss: ours starts from nanoGPT's initial weights (default: each its own, seeded alike)")
+    parser.add_argument("--peak-size", type=int, default=flops.PEAK_SIZE,
+                        help=f"side of the square matmul timed for the machine's peak (default {flops.PEAK_SIZE})")
     parser.add_argument("--seed", type=int, default=1337, help="seeds both initialisations and the batches (train.py's 1337)")
 
 
@@ -207,7 +241,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gptcore.bench --train", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
-    for name in ("iters", "block", "eval_iters"):
+    for name in ("iters", "block", "eval_iters", "peak_size"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be 1 or more")
     if args.threads is not None:
@@ -221,7 +255,8 @@ def main(argv=None) -> int:
     if any(n < 1 for n in loss_iters):
         parser.error("--loss-iters must be 1 or more")
     run_train_bench(args.nanogpt, args.iters, args.block, max(0, args.warmup), args.dtype, loss_iters,
-                    args.eval_iters, args.seed, say=lambda line: print(line, flush=True), same_init=args.same_init)
+                    args.eval_iters, args.seed, say=lambda line: print(line, flush=True), same_init=args.same_init,
+                    peak_size=args.peak_size)
     return 0
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -29,6 +28,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from gptcore.training.speed import cpu_model
 
 MARGIN = 0.9  # bf16 must take under 90 % of float32's time to be chosen
 CACHE_FILE = "autocast_speed.json"
@@ -63,17 +64,6 @@ class AutocastChoice:
 def machine_key() -> str:
     """The CPU model, torch's version and its thread count: what the timing depends on besides the model."""
     return f"{cpu_model()} | torch {torch.__version__} | {torch.get_num_threads()} threads"
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def shape_key(config, batch_size: int) -> str:

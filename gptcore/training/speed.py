@@ -17,5 +17,6 @@ Measured on the CPU recipe (4 layers, 4 heads, 128 wide, block 64, batch 12; `py
 from __future__ import annotations
 
 from gptcore.model.cpu import cpu_flags, native_bf16  # the CPU facts live in the model layer (issue 32)
+from gptcore.model.cpu import cpu_name as cpu_model
 
-__all__ = ["cpu_flags", "native_bf16"]
+__all__ = ["cpu_flags", "cpu_model", "native_bf16"]

@@ -190,3 +190,39 @@ def test_train_bench_prints_a_finite_ratio_and_loss_table(tmp_path, capsys, monk
     assert "nanoGPT" in header and "ours" in header
     losses = [float(v) for v in row.split("(")[0].split()[1:]]  # one val loss per side, then "(N s)"
     assert len(losses) >= 2 and all(math.isfinite(v) and 0 < v < 10 for v in losses)
+
+
+def test_a_training_step_is_counted_as_nanogpts_estimate_mfu():
+    """6·N + 12·L·H·Q·T flops per token, N = every parameter but the position table (nanoGPT's
+    get_num_params), counted here on the nanoGPT-shaped oracle model."""
+    from gptcore.benches import flops
+    from gptcore.model.config import GPTConfig
+    from nanogpt_oracle import NanoGPTShaped
+
+    args = dict(n_layer=4, n_head=4, n_embd=128, block_size=64, bias=False, vocab_size=103)
+    reference = NanoGPTShaped(**args)
+    n = sum(p.numel() for p in reference.parameters()) - reference.transformer.wpe.weight.numel()
+    per_token = 6 * n + 12 * 4 * 4 * (128 // 4) * 64
+    config = GPTConfig(**args, activation="gelu")
+    assert flops.flops_per_token(config) == per_token
+    assert flops.flops_per_iter(config, 12) == per_token * 64 * 12
+    assert flops.gflops(2e9, 1000.0) == 2.0
+
+
+def test_train_bench_prints_gflops_beside_the_measured_matmul_peak(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    stub = tmp_path / "model.py"
+    stub.write_text(NANOGPT_STUB, encoding="utf-8")
+    assert bench.main([*TINY_TRAIN, "--nanogpt", str(stub), "--peak-size", "256", "--dtype", "float32"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("ratio (ours it/s / nanoGPT it/s): ") for line in lines)  # still printed
+    work = float(next(line for line in lines if line.startswith("compute: ")).split()[1])
+    peak_line = next(line for line in lines if line.strip().startswith("peak: fp32 matmul"))
+    peak = float(peak_line.split("fp32 matmul ")[1].split()[0])
+    assert work > 0 and peak > 0 and "bf16 matmul" not in peak_line  # bf16's peak only where ours uses it
+    for side in ("ours", "nanoGPT"):
+        timed = next(line for line in lines if line.split()[:1] == [side] and "ms/iter" in line)
+        achieved = next(line for line in lines if line.split()[:1] == [side] and "GFLOP/s achieved" in line)
+        gflops = float(achieved.split()[1])
+        assert gflops == pytest.approx(work / float(timed.split()[1]) * 1e3, rel=0.01)
+        assert f"{100 * gflops / peak:.0f} % of the fp32 matmul peak" in achieved
