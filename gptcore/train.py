@@ -3,7 +3,8 @@
     python -m gptcore.train [--data=PATH] [--out_dir=DIR] [--key=value ...]
     torchrun --nproc_per_node=N -m gptcore.train [...]       (DDP: gloo on CPU, nccl on CUDA)
 
-Settings use nanoGPT's override style, `--key=value` (or `--key value`):
+Settings use nanoGPT's override style, `--key=value` (or `--key value`), and nanoGPT's config files
+(`python -m gptcore.train config/train_shakespeare_char.py --device=cpu`: read, never run; nanogpt_cli.py):
 - any TrainConfig field (batch_size, gradient_accumulation_steps — global, shared by the processes —,
   max_iters, learning_rate, min_lr, warmup_iters, lr_decay_iters, decay_lr, weight_decay, beta1,
   beta2, grad_clip, eval_interval, eval_iters, seed, dtype, device);
@@ -15,6 +16,8 @@ Settings use nanoGPT's override style, `--key=value` (or `--key value`):
   log_interval (steps between progress lines); keep_every (keep the weights of every Nth eval);
   init_from: scratch or resume (`--resume` is short for it): continue the run in out_dir, or nanoGPT's
   own out_dir (its ckpt.pt: iter_num, optimizer, recorded settings, data/<dataset> found as train.py would);
+  train.py's own: dataset (data/<dataset> from the current folder), eval_only, always_save_checkpoint
+  (False: ckpt.pt only when val improved), and wandb_*, compile, backend (accepted; a note says why unused);
   preset: a named starting point with its own data (`--preset=induction`: an induction head forms in
   about a minute on one CPU thread, gptcore/training/presets.py); other settings override it.
 Defaults are nanoGPT's CPU recipe (TrainConfig.cpu_recipe, CPU_RECIPE_MODEL) with dtype=auto
@@ -39,6 +42,7 @@ from pathlib import Path  # noqa: E402
 
 from gptcore.model.config import GPTConfig  # noqa: E402
 from gptcore.training.config import CPU_RECIPE_MODEL, TrainConfig  # noqa: E402
+from gptcore.training.nanogpt_cli import NANOGPT_RUN_SETTINGS, config_file_args  # noqa: E402
 from gptcore.training.setup import Settings, UsageError  # noqa: E402
 
 DEFAULT_PROBE_INTERVAL = 100  # ≈ 6 % of training time at the CPU recipe (benches/probe_cost.py; target ≤ 10 %)
@@ -48,6 +52,7 @@ RUN_SETTINGS = {
     "probe_interval": ("int", DEFAULT_PROBE_INTERVAL), "max_time": ("float | None", None),
     "log_interval": ("int", 10), "keep_every": ("int", 1), "init_from": ("str", "scratch"),
     "preset": ("str | None", None),
+    **NANOGPT_RUN_SETTINGS,  # train.py's own: dataset, eval_only, always_save_checkpoint, wandb_*, compile, backend
 }
 TRAIN_SETTINGS = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
 MODEL_SETTINGS = {f.name: f.type for f in dataclasses.fields(GPTConfig)}
@@ -62,8 +67,10 @@ def parse_args(argv: list[str]) -> Settings:
     while args:
         arg = args.pop(0)
         if not arg.startswith("--"):
-            raise UsageError(f"unexpected argument {arg!r}: settings are written --key=value (e.g. --max_iters=200); "
-                             f"config files are not run (they would be Python code)")
+            if "=" in arg:
+                raise UsageError(f"unexpected argument {arg!r}: settings are written --key=value (e.g. --max_iters=200)")
+            args[0:0] = config_file_args(arg)  # train.py's config file, read (never run) where it stands
+            continue
         key, eq, value = arg[2:].partition("=")
         key = key.replace("-", "_")
         if key == "resume" and not eq:
@@ -86,6 +93,11 @@ def parse_args(argv: list[str]) -> Settings:
             close = difflib.get_close_matches(key, known, n=1)
             hint = f"did you mean --{close[0]}?" if close else "see `python -m gptcore.train --help`"
             raise UsageError(f"--{key}: unknown setting; {hint}")
+    if "dataset" in given and run["dataset"] is not None:  # train.py reads data/<dataset> from where it runs
+        if "data" in given:
+            raise UsageError(f"--dataset={run['dataset']} and --data={run['data']} both name the data; keep one")
+        run["data"] = str(Path("data") / run["dataset"])
+        given.add("data")
     if run["init_from"] not in ("scratch", "resume"):
         raise UsageError(f"--init_from={run['init_from']}: use scratch (a new run) or resume (continue out_dir's run)")
     if run["tokenizer"] not in ("char", "gpt2"):

@@ -112,6 +112,9 @@ class TrainingRun:
         if self._choice() is not None:  # "auto" on a CPU: the timings that decided it
             self.writer.write("message", text=self._choice().describe())
             self.say(self._choice().describe())
+        for text in self.plan.notes:  # train.py's settings accepted but not used here, and why
+            self.writer.write("message", text=f"note: {text}")
+            print(f"note: {text}", file=sys.stderr)
         for text in self.cfg.warnings():  # what nanoGPT would run too, but probably was not meant
             self.writer.write("message", text=f"warning: {text}")
             print(f"warning: {text}", file=sys.stderr)
@@ -167,13 +170,16 @@ class TrainingRun:
                     self._checkpoint(it, keep=True)
                 elif not (plan.resume and it == self.start_step) or final:  # a resume starts where its save was
                     if it % cfg.eval_interval == 0 or final:
-                        self._evaluate(it)
+                        improved = self._evaluate(it)
                         n_eval = it // cfg.eval_interval
-                        self._checkpoint(it, keep=final or n_eval % plan.keep_every == 0)
+                        self._checkpoint(it, keep=final or n_eval % plan.keep_every == 0,
+                                         improved=None if plan.always_save_checkpoint else improved)
                     if plan.probe_interval and (it % plan.probe_interval == 0 or final):
                         self._probe(it)
             if final:
                 return self._finish(it, stop)
+            if plan.eval_only and it == 0:  # train.py: `if iter_num == 0 and eval_only: break`
+                return self._finish(it, "eval_only")
             t0 = time.perf_counter()
             x, y = self.corpus.batch("train", it, rows, self.block_size, cfg.seed)  # (rows, T) each
             losses = {}
@@ -218,21 +224,29 @@ class TrainingRun:
         return _STOP_CODES[code]
 
     # -- what is measured and kept -----------------------------------------------------------------
-    def _evaluate(self, it: int) -> None:
+    def _evaluate(self, it: int) -> dict[str, bool]:
+        """Evaluate every scheme; {scheme: whether its val loss beat its best so far}."""
         cfg = self.cfg
-        parts = []
+        parts, improved = [], {}
         for scheme, trainer in self.trainers.items():
+            best = trainer.best_val_loss
             losses = trainer.estimate_loss(
                 lambda split, k: self.corpus.batch(split, k, cfg.batch_size, self.block_size, cfg.seed, stream="eval"))
             self.writer.write("eval", scheme=scheme, step=it, train=losses["train"], val=losses["val"])
             parts.append(f"{scheme} train {losses['train']:.4f} val {losses['val']:.4f}")
+            improved[scheme] = losses["val"] < best
         self.say(f"step {it}: " + "; ".join(parts))
+        return improved
 
-    def _checkpoint(self, it: int, keep: bool) -> None:
+    def _checkpoint(self, it: int, keep: bool, improved: dict | None = None) -> None:
+        """ckpt.pt of every scheme (with `improved`: only of those whose val loss improved, as
+        train.py with always_save_checkpoint=False), and the step's weights where `keep`."""
         for scheme, trainer in self.trainers.items():
-            latest = self.folder.ckpt(scheme, self.plan.schemes)
-            trainer.save(latest, corpus=self.corpus, dataset=self.dataset)
-            fields = {"latest": latest.name}
+            fields = {}
+            if improved is None or improved.get(scheme):
+                latest = self.folder.ckpt(scheme, self.plan.schemes)
+                trainer.save(latest, corpus=self.corpus, dataset=self.dataset)
+                fields["latest"] = latest.name
             if keep:
                 fields["path"] = self.folder.relative(self.folder.save_step_weights(trainer.model, scheme, it))
             self.writer.write("checkpoint", scheme=scheme, step=it, **fields)

@@ -17,6 +17,7 @@ from gptcore.model.init import INIT_SCHEMES
 from gptcore.training.config import CPU_RECIPE_MODEL, TrainConfig
 from gptcore.training.data import load_corpus
 from gptcore.training.distributed import Place, init_distributed, place
+from gptcore.training.nanogpt_cli import notes as nanogpt_notes
 from gptcore.training.run import RunFolder
 
 MEMORY_HEADROOM = 0.9  # refuse a run estimated above this share of the free memory
@@ -57,6 +58,9 @@ class RunPlan:
     rank: int = 0
     device: str = "cpu"
     preset: str | None = None  # presets.PRESETS name: its data replaces --data, and a resume re-creates it
+    eval_only: bool = False  # train.py's: evaluate at step 0, then stop
+    always_save_checkpoint: bool = True  # train.py's: False writes ckpt.pt only when val improved
+    notes: list[str] = dataclasses.field(default_factory=list)  # settings accepted but not used, and why
 
 
 def parse_schemes(text: str) -> tuple[str, ...]:
@@ -100,7 +104,9 @@ def plan_run(settings: Settings, argv: list[str], where: Place | None = None) ->
                    log_interval=run["log_interval"], keep_every=run["keep_every"], resume=resume,
                    command=["python", "-m", "gptcore.train", *argv],
                    corpus_source=None if data is None else str(Path(data).expanduser().resolve()),
-                   world_size=world_size, rank=where.rank, device=device, preset=preset)
+                   world_size=world_size, rank=where.rank, device=device, preset=preset,
+                   eval_only=bool(run.get("eval_only")), always_save_checkpoint=run.get("always_save_checkpoint", True),
+                   notes=nanogpt_notes(run, given))
 
 
 @dataclasses.dataclass

@@ -31,7 +31,7 @@ non-finite number is written as null):
     message        {"text"}: something a watcher should show (a warning, a refusal)
     diverged       {"scheme", "step", "message"}: that scheme's loss went non-finite; it stops, its last
                    checkpoint is kept, the other schemes go on (with one scheme the run ends with "error")
-    done           {"step", "reason": "max_iters" or "max_time"}: the run finished
+    done           {"step", "reason": "max_iters", "max_time" or "eval_only"}: the run finished
     stopped        {"step", "reason"}: SIGINT/SIGTERM; the latest checkpoint holds step "step"
     error          {"step", "message"}: the run failed (e.g. a non-finite loss) and says why
 
