@@ -20,12 +20,15 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 class TrainConfigError(ValueError):
-    """A training setting that cannot work; `field` names it, the message says what to use."""
+    """A training setting that cannot work; `field` names it, the message says what to use, and
+    `fix` (when there is one) is a value for `field` that works, named in the message as
+    `field=fix` — so the advice, followed, clears the error (tests apply it)."""
 
-    def __init__(self, field_name: str, message: str):
+    def __init__(self, field_name: str, message: str, fix=None):
         super().__init__(f"{field_name}: {message}")
         self.field = field_name
         self.reason = message
+        self.fix = fix
 
 
 @dataclass(frozen=True)
@@ -89,26 +92,36 @@ class TrainConfig:
 
     # -- the schedule -------------------------------------------------------------------------
     def lr_at(self, it: int) -> float:
-        """train.py's get_lr: linear warmup to learning_rate over warmup_iters (lr·(it+1)/(warmup+1),
-        so step 0 is not 0), cosine down to min_lr at lr_decay_iters, min_lr after that."""
+        """train.py's get_lr, its branches in its order: linear warmup to learning_rate over
+        warmup_iters (lr·(it+1)/(warmup+1), so step 0 is not 0), then min_lr past lr_decay_iters,
+        then the cosine down to min_lr in between. So with warmup_iters ≥ lr_decay_iters the warmup
+        runs whole and the lr then drops to min_lr (no cosine), as there. One point differs: at
+        it == warmup_iters == lr_decay_iters train.py divides 0 by 0 (ZeroDivisionError); here the
+        zero-length cosine is at its end, min_lr, as the step after it is."""
         if not self.decay_lr:
             return self.learning_rate
         if it < self.warmup_iters:
             return self.learning_rate * (it + 1) / (self.warmup_iters + 1)
         if it > self.lr_decay_iters:
             return self.min_lr
-        decay_ratio = (it - self.warmup_iters) / (self.lr_decay_iters - self.warmup_iters)
+        span = self.lr_decay_iters - self.warmup_iters
+        if span <= 0:  # it == warmup_iters == lr_decay_iters (see above)
+            return self.min_lr
+        decay_ratio = (it - self.warmup_iters) / span  # train.py's operations, in its order: the same float
         coeff = 0.5 * (1.0 + math.cos(math.pi * decay_ratio))  # 1 -> 0
         return self.min_lr + coeff * (self.learning_rate - self.min_lr)
 
     def local_accumulation(self, world_size: int) -> int:
         """Micro-steps each of `world_size` processes runs (train.py's division, checked)."""
-        if self.gradient_accumulation_steps % world_size:
-            ok = [n for n in range(world_size, 4 * world_size + 1, world_size)]
+        steps = self.gradient_accumulation_steps
+        if steps % world_size:
+            multiple = -(-steps // world_size) * world_size  # the next multiple up
+            divisors = [n for n in range(1, min(steps, 64) + 1) if steps % n == 0]
             raise TrainConfigError(
                 "gradient_accumulation_steps",
-                f"{self.gradient_accumulation_steps} micro-steps cannot be shared by {world_size} processes; "
-                f"use a multiple of {world_size} (e.g. {', '.join(map(str, ok))}) or run {world_size} fewer/more processes")
+                f"{steps} micro-steps cannot be shared by {world_size} processes; use a multiple of {world_size} "
+                f"(gradient_accumulation_steps={multiple}) or run a number of processes that divides {steps} "
+                f"({', '.join(map(str, divisors))})", fix=multiple)
         return self.gradient_accumulation_steps // world_size
 
     @property
@@ -118,34 +131,69 @@ class TrainConfig:
 
     # -- validation ---------------------------------------------------------------------------
     def validate(self) -> None:
-        for name in ("batch_size", "gradient_accumulation_steps", "eval_interval", "eval_iters"):
+        """Refuse only what nanoGPT's train.py cannot run either (torch's AdamW refuses a negative
+        learning_rate or weight_decay and betas outside [0, 1); its loop divides by eval_interval and
+        needs a batch and a micro-step; its configurator keeps decay_lr a bool). What it runs, however
+        unwise, is accepted and done the same way; `warnings()` says what looks unintended."""
+        for name in ("batch_size", "gradient_accumulation_steps", "eval_interval"):
             _int_at_least(name, getattr(self, name), 1)
-        for name in ("max_iters", "warmup_iters", "lr_decay_iters", "seed"):
+        for name in ("max_iters", "eval_iters", "seed"):
             _int_at_least(name, getattr(self, name), 0)
-        for name in ("learning_rate", "min_lr", "weight_decay", "grad_clip"):
+        for name in ("warmup_iters", "lr_decay_iters"):
+            _int_at_least(name, getattr(self, name), None)
+        for name in ("learning_rate", "weight_decay"):
             _number_at_least(name, getattr(self, name), 0.0)
-        if self.learning_rate <= 0:
-            raise TrainConfigError("learning_rate", f"must be positive, got {self.learning_rate}; nanoGPT uses 6e-4 "
-                                                    f"(GPT-2) or 1e-3 (small models)")
-        if self.min_lr > self.learning_rate:
-            raise TrainConfigError("min_lr", f"{self.min_lr} is above learning_rate={self.learning_rate}; the cosine "
-                                             f"decays *to* min_lr, use about learning_rate / 10")
+        for name in ("min_lr", "grad_clip"):
+            _number_at_least(name, getattr(self, name), None)
         for name in ("beta1", "beta2"):
             value = getattr(self, name)
             _number_at_least(name, value, 0.0)
             if not value < 1:
-                raise TrainConfigError(name, f"{value} must be in [0, 1); nanoGPT uses beta1=0.9, beta2=0.95 (0.99 "
-                                             f"for small models)")
+                raise TrainConfigError(name, f"{value} must be in [0, 1) (torch's AdamW refuses it); nanoGPT uses "
+                                             f"beta1=0.9, beta2=0.95 ({name}={_default(name)})", fix=_default(name))
         if not isinstance(self.decay_lr, bool):
-            raise TrainConfigError("decay_lr", f"must be True or False, got {self.decay_lr!r}")
-        if self.decay_lr and self.lr_decay_iters <= self.warmup_iters:
-            raise TrainConfigError("lr_decay_iters", f"{self.lr_decay_iters} must be past warmup_iters="
-                                                     f"{self.warmup_iters} (the cosine runs between them); "
-                                                     f"set it to about max_iters={self.max_iters}")
+            raise TrainConfigError("decay_lr", f"must be True or False, got {self.decay_lr!r} (decay_lr=True)",
+                                   fix=True)
         if self.dtype not in DTYPES:
-            raise TrainConfigError("dtype", f"{self.dtype!r} is not one of {', '.join(DTYPES)}")
+            raise TrainConfigError("dtype", f"{self.dtype!r} is not one of {', '.join(DTYPES)} (dtype=auto "
+                                            f"picks the fastest)", fix="auto")
         if self.device is not None and not isinstance(self.device, str):
-            raise TrainConfigError("device", f"must be a device name such as 'cpu' or 'cuda', got {self.device!r}")
+            raise TrainConfigError("device", f"must be a device name such as 'cpu' or 'cuda', got {self.device!r} "
+                                             f"(device=cpu)", fix="cpu")
+
+    def warnings(self) -> list[str]:
+        """What nanoGPT's train.py would run but probably was not meant: each a sentence that says
+        what will happen and what to set instead. A run prints them and writes them into its trace."""
+        said = []
+        if self.decay_lr and self.lr_decay_iters <= self.warmup_iters:
+            said.append(f"lr_decay_iters={self.lr_decay_iters} is not past warmup_iters={self.warmup_iters}: the lr "
+                        f"warms up over {self.warmup_iters} steps, then drops to min_lr={self.min_lr:g} with no "
+                        f"cosine (nanoGPT's get_lr does the same)"
+                        + (f"; this run ends inside the warm-up (max_iters={self.max_iters})"
+                           if self.max_iters <= self.warmup_iters else "")
+                        + f"; for a warm-up then a cosine, set warmup_iters below lr_decay_iters "
+                          f"(e.g. warmup_iters={max(0, min(self.lr_decay_iters, self.max_iters) // 10)})")
+        if self.learning_rate == 0:
+            said.append("learning_rate=0: the weights will not change (the loss is only measured)")
+        if self.decay_lr and self.min_lr > self.learning_rate:
+            said.append(f"min_lr={self.min_lr:g} is above learning_rate={self.learning_rate:g}: the \"decay\" raises "
+                        f"the lr; nanoGPT uses min_lr ≈ learning_rate / 10 (min_lr={self.learning_rate / 10:g})")
+        if self.decay_lr and self.min_lr < 0:
+            said.append(f"min_lr={self.min_lr:g} is negative: late steps climb the loss instead of descending it")
+        if self.grad_clip < 0:
+            said.append(f"grad_clip={self.grad_clip:g} is negative: clipping to a negative norm flips the gradient "
+                        f"(as torch's clip_grad_norm_ does in nanoGPT); use grad_clip=1.0, or 0 for no clipping")
+        for name in ("warmup_iters", "lr_decay_iters"):
+            if getattr(self, name) < 0:
+                said.append(f"{name}={getattr(self, name)} is negative; nanoGPT's formula is applied as it is")
+        if self.eval_iters == 0:
+            said.append("eval_iters=0: evaluations average no batch, so every eval loss is NaN (as in nanoGPT); "
+                        "use eval_iters=20 or more")
+        return said
+
+
+def _default(name: str):
+    return next(f.default for f in dataclasses.fields(TrainConfig) if f.name == name)
 
 
 # The model half of nanoGPT's CPU recipe, as GPTConfig overrides. bias=False is train.py's default;
@@ -153,15 +201,19 @@ class TrainConfig:
 CPU_RECIPE_MODEL = dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0, bias=False, activation="gelu")
 
 
-def _int_at_least(name: str, value, lowest: int) -> None:
+def _int_at_least(name: str, value, lowest: int | None) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TrainConfigError(name, f"must be a whole number, got {value!r}")
-    if value < lowest:
-        raise TrainConfigError(name, f"must be at least {lowest}, got {value}")
+        raise TrainConfigError(name, f"must be a whole number, got {value!r} ({name}={_default(name)})",
+                               fix=_default(name))
+    if lowest is not None and value < lowest:
+        raise TrainConfigError(name, f"must be at least {lowest}, got {value} ({name}={max(lowest, _default(name))})",
+                               fix=max(lowest, _default(name)))
 
 
-def _number_at_least(name: str, value, lowest: float) -> None:
+def _number_at_least(name: str, value, lowest: float | None) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise TrainConfigError(name, f"must be a finite number, got {value!r}")
-    if value < lowest:
-        raise TrainConfigError(name, f"must be at least {lowest}, got {value}")
+        raise TrainConfigError(name, f"must be a finite number, got {value!r} ({name}={_default(name)})",
+                               fix=_default(name))
+    if lowest is not None and value < lowest:
+        raise TrainConfigError(name, f"must be at least {lowest}, got {value} ({name}={_default(name)})",
+                               fix=_default(name))

@@ -6,6 +6,7 @@ Also the reference training loop of train.py (get_lr, configure_optimizers' grou
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
@@ -124,3 +125,75 @@ def reference_step(model, optimizer, it, micro_batches, tc):
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return total
+
+
+# train.py's settings (its globals, which it records as checkpoint['config']), with its defaults on
+# a machine without CUDA (dtype 'float16' there: bf16 is only its choice where CUDA supports it).
+TRAIN_PY_DEFAULTS = dict(
+    out_dir="out", eval_interval=2000, log_interval=1, eval_iters=200, eval_only=False, always_save_checkpoint=True,
+    init_from="scratch", wandb_log=False, wandb_project="owt", wandb_run_name="gpt2", dataset="openwebtext",
+    gradient_accumulation_steps=5 * 8, batch_size=12, block_size=1024, n_layer=12, n_head=12, n_embd=768,
+    dropout=0.0, bias=False, learning_rate=6e-4, max_iters=600000, weight_decay=1e-1, beta1=0.9, beta2=0.95,
+    grad_clip=1.0, decay_lr=True, warmup_iters=2000, lr_decay_iters=600000, min_lr=6e-5, backend="nccl",
+    device="cuda", dtype="float16", compile=True)
+
+
+def train_py_settings(**overrides) -> SimpleNamespace:
+    """train.py's globals after its configurator applied `overrides` (no check of ours involved)."""
+    unknown = set(overrides) - set(TRAIN_PY_DEFAULTS)
+    assert not unknown, f"not train.py settings: {unknown}"
+    return SimpleNamespace(**{**TRAIN_PY_DEFAULTS, **overrides})
+
+
+def train_py_run(out_dir, settings: SimpleNamespace, model_args: dict, batches, eval_batches, seed: int = 7):
+    """train.py's loop on one process (no DDP, no compile, CPU), from scratch: its order of lr, eval,
+    checkpoint (`iter_num > 0` and val improved or always_save_checkpoint), eval_only, the step, and
+    `iter_num > max_iters` as its stop. `batches(it)` is iteration it's global batch
+    (gradient_accumulation_steps × batch_size rows), `eval_batches(split, k)` estimate_loss's k-th.
+    Writes out_dir/ckpt.pt as train.py does; returns the iter_num of the last one written (or None)."""
+    from pathlib import Path
+
+    torch.manual_seed(seed)
+    model = NanoGPTShaped(**model_args)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.02)
+    optimizer = reference_optimizer(model, settings.weight_decay, settings.learning_rate,
+                                    (settings.beta1, settings.beta2))
+    iter_num, best_val_loss, saved = 0, 1e9, None
+    while True:
+        if iter_num % settings.eval_interval == 0:
+            val = _estimate_val(model, settings.eval_iters, eval_batches)
+            if val < best_val_loss or settings.always_save_checkpoint:
+                best_val_loss = val
+                if iter_num > 0:
+                    Path(out_dir).mkdir(parents=True, exist_ok=True)
+                    weights = {("_orig_mod." if settings.compile else "") + k: v for k, v in model.state_dict().items()}
+                    torch.save({"model": weights, "optimizer": optimizer.state_dict(),
+                                "model_args": model_args, "iter_num": iter_num, "best_val_loss": best_val_loss,
+                                "config": {**vars(settings), "out_dir": str(out_dir)}}, Path(out_dir) / "ckpt.pt")
+                    saved = iter_num
+        if iter_num == 0 and settings.eval_only:
+            break
+        x, y = batches(iter_num)
+        b = settings.batch_size
+        micro = [(x[i * b:(i + 1) * b], y[i * b:(i + 1) * b]) for i in range(settings.gradient_accumulation_steps)]
+        reference_step(model, optimizer, iter_num, micro, settings)
+        iter_num += 1
+        if iter_num > settings.max_iters:
+            break
+    return saved
+
+
+@torch.no_grad()
+def _estimate_val(model, eval_iters, eval_batches) -> torch.Tensor:
+    """estimate_loss()['val']: the mean of eval_iters batch losses (NaN for none, as torch's mean)."""
+    model.eval()
+    losses = torch.zeros(eval_iters)
+    for k in range(eval_iters):
+        x, y = eval_batches("val", k)
+        logits = model(x)
+        losses[k] = F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1), ignore_index=-1)
+    model.train()
+    return losses.mean()  # a 0-d tensor, as train.py keeps best_val_loss

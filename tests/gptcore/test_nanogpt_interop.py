@@ -23,7 +23,7 @@ import torch
 from gptcore.io.loading import load, load_tokenizer
 from gptcore.train import main
 from gptcore.training.trace import read_trace
-from nanogpt_oracle import NanoGPTShaped, reference_optimizer, reference_step
+from nanogpt_oracle import NanoGPTShaped, reference_optimizer, reference_step, train_py_settings
 
 TEXT = "".join(np.random.default_rng(0).choice(list("the cat sat on a mat; dog ran far.\n"), 3000))
 TINY = ["--n_layer=1", "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=2", "--eval_iters=1",
@@ -114,11 +114,7 @@ def nanogpt_out_dir(out_dir: Path, dataset: str, vocab: int, seed: int = 7, step
 
 
 def _nano_tc(config: dict):
-    from gptcore.training.config import TrainConfig
-
-    fields = ("learning_rate", "min_lr", "warmup_iters", "lr_decay_iters", "decay_lr", "weight_decay", "beta1",
-              "beta2", "grad_clip", "batch_size", "gradient_accumulation_steps")
-    return TrainConfig(**{k: v for k, v in config.items() if k in fields})
+    return train_py_settings(**config)
 
 
 # -- app -> nanoGPT ---------------------------------------------------------------------------------

@@ -63,7 +63,7 @@ def test_cpu_recipe_is_nanogpts():
 
 @pytest.mark.parametrize("field, value, words", [
     ("batch_size", 0, "at least 1"), ("learning_rate", float("nan"), "finite"), ("beta2", 1.0, "[0, 1)"),
-    ("min_lr", 1.0, "learning_rate"), ("lr_decay_iters", 3, "warmup_iters"), ("dtype", "fp8", "float32"),
+    ("weight_decay", -1.0, "at least 0"), ("eval_interval", 0, "at least 1"), ("dtype", "fp8", "float32"),
 ])
 def test_bad_settings_name_the_field(field, value, words):
     with pytest.raises(TrainConfigError) as info:
