@@ -59,6 +59,7 @@ def user_state(window, qtbot):
     generation = window.show_panel("generation")
     generation.view.set_settings(**USER_SETTINGS)
     wait_quiet(qtbot, window.runner)
+    window.show_panel("attention")  # in front: only the panel shown computes (issue 32)
     return attention, config, generation
 
 
@@ -70,7 +71,9 @@ def snapshot(window, attention, config, generation) -> dict:
 
 
 def assert_still_running(qtbot, window, attention) -> None:
-    """The event loop ticks and a new edit is still computed and drawn by a worker."""
+    """The event loop ticks and a new edit is still computed and drawn by a worker (in front: a hidden
+    panel computes nothing until shown)."""
+    window.show_panel("attention")
     ticks = []
     QTimer.singleShot(0, lambda: ticks.append(1))
     qtbot.waitUntil(lambda: ticks == [1], timeout=5000)
