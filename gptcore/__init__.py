@@ -52,6 +52,19 @@ _LAZY = {
     "remove_edge_effect": "interp.flow_effects",
     "block_logit_effect": "interp.flow_effects",
     "BlockLogitEffect": "interp.flow_effects",
+    "SAE": "interp.sae.dictionary",
+    "SAEError": "interp.sae.dictionary",
+    "NeuronDictionary": "interp.sae.dictionary",
+    "neuron_dictionary": "interp.sae.dictionary",
+    "fit_sae": "interp.sae.fit",
+    "ActivationCache": "interp.sae.sources",
+    "train_sae": "interp.sae.harvest",
+    "sae_metrics": "interp.sae.metrics",
+    "SAEMetrics": "interp.sae.metrics",
+    "sae_edit": "interp.sae.edit",
+    "save_sae": "interp.sae.files",
+    "load_sae": "interp.sae.files",
+    "check_sae_fits": "interp.sae.files",
 }
 
 __all__ = ["ConfigError", "GPTConfig", "PRESETS", "ParamCount", "count_parameters", *_LAZY]

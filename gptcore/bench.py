@@ -2,8 +2,8 @@
 
 Only a dispatcher: the benches themselves live in `gptcore.benches` (apart from the library
 modules); see that package for what each measures. `--train` selects the training bench
-(benches/training.py); anything else is the inference bench against HF transformers
-(benches/hf_compare.py).
+(benches/training.py), `--sae` the sparse-autoencoder bench (benches/sae.py); anything else is
+the inference bench against HF transformers (benches/hf_compare.py).
 """
 from __future__ import annotations
 
@@ -20,6 +20,11 @@ def main(argv=None) -> int:
         from gptcore.benches import training
 
         return training.main(argv)
+    if "--sae" in argv:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as for --train: before torch loads
+        from gptcore.benches import sae
+
+        return sae.main(argv)
     from gptcore.benches import hf_compare
 
     return hf_compare.main(argv)

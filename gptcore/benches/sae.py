@@ -1,0 +1,142 @@
+"""`python -m gptcore.bench --sae [--quick] [--json] [--model CKPT] [--hook NAME]`: sparse autoencoders
+(issue 33), three figures side by side in one run.
+
+1. speed: `fit_sae`'s training step against EleutherAI sparsify's at GPT-2 small's width (d 768,
+   width 6144, k 32, batch 4096), tokens/s, ratio (target >= 1.25x) and peak extra memory
+   (benches/sae_speed.py; the ratio needs sparsify importable in this interpreter);
+2. a char model's SAE: a 2-layer 128-wide char model (trained here for --train-seconds on the
+   pydoc corpus, or --model CKPT), `train_sae` at width 1024, k 16, 2M tokens (target < 2 min on 2
+   cores), then `sae_metrics` on the held-out split (bars: L0 = k, explained variance >= 0.75, CE
+   loss recovered >= 0.8, dead <= 20 %);
+3. the disk cache: a GPT-2-small-shaped model's residual activations harvested into an fp16
+   memory-mapped ActivationCache, its size on disk against the peak extra memory while harvesting
+   and training from it (the activations are never all in RAM).
+
+--quick shrinks every part (a test runs it end to end). Timings on a shared machine are noisy.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+
+import torch
+
+from gptcore.benches import sae_speed
+from gptcore.benches.timing import machine_line
+from gptcore.interp.sae import harvest as harvest_module
+from gptcore.interp.sae.fit import fit_sae
+from gptcore.interp.sae.harvest import harvest, train_sae
+from gptcore.interp.sae.metrics import sae_metrics
+from gptcore.model.config import GPTConfig
+from gptcore.model.gpt import GPT
+from gptcore.training.config import TrainConfig
+from gptcore.training.data import load_corpus
+from gptcore.training.trainer import Trainer
+
+BARS = {"explained_variance": 0.75, "ce_loss_recovered": 0.8, "dead_fraction": 0.2}
+
+
+def char_model(seconds: float, say) -> tuple[GPT, object]:
+    """A 2-layer 128-wide char model trained on the pydoc corpus for `seconds` (CPU recipe)."""
+    corpus = load_corpus()
+    cfg = TrainConfig.cpu_recipe(max_iters=100_000, lr_decay_iters=100_000, dtype="float32")
+    model = GPT(GPTConfig(vocab_size=corpus.vocab_size, n_layer=2, n_head=4, n_embd=128, block_size=64,
+                          bias=False, activation="gelu"), seed=cfg.seed)
+    trainer = Trainer(model, cfg, device="cpu")
+    start, it = time.perf_counter(), 0
+    while time.perf_counter() - start < seconds:
+        x, y = corpus.batch("train", it, cfg.batch_size, 64, cfg.seed)
+        loss = trainer.step(x, y)
+        it += 1
+    say(f"char model: 2 layers, 128 wide, {it} steps in {seconds:.0f} s, last train loss {loss:.2f}")
+    return model.eval(), corpus
+
+
+def windows(ids, T: int, limit: int | None = None) -> torch.Tensor:
+    """Consecutive (n, T) windows of a 1-D id array."""
+    n = len(ids) // T if limit is None else min(len(ids) // T, limit)
+    return torch.as_tensor(ids[:n * T].astype("int64")).reshape(n, T)
+
+
+def char_sae(args, say) -> dict:
+    if args.model:
+        from gptcore.io.loading import load
+
+        model, corpus = load(args.model)[0], load_corpus()
+    else:
+        model, corpus = char_model(args.train_seconds, say)
+    train_ids, val_ids = windows(corpus.train, 64), windows(corpus.val, 64)
+    tokens = 100_000 if args.quick else args.tokens
+    start = time.perf_counter()
+    box = {}
+    peak = sae_speed.peak_extra_bytes(lambda: box.setdefault("sae", train_sae(
+        model, train_ids, args.hook, width=1024, k=16, tokens=tokens, batch=4096)), calls=1)
+    seconds = time.perf_counter() - start
+    m = sae_metrics(model, box["sae"], val_ids)
+    passed = (m.l0 == 16 and m.explained_variance >= BARS["explained_variance"]
+              and m.ce_loss_recovered >= BARS["ce_loss_recovered"] and m.dead_fraction <= BARS["dead_fraction"])
+    say(f"char model SAE at {args.hook}, width 1024, k 16, {tokens:,} tokens: {seconds:.1f} s "
+        f"(target < 120 s), peak extra memory {peak / 2**20:.0f} MB")
+    say(f"  held-out ({m.tokens:,} tokens): L0 {m.l0:.2f}, explained variance {m.explained_variance:.3f}, "
+        f"CE loss recovered {m.ce_loss_recovered:.3f} (clean {m.ce_clean:.3f}, SAE {m.ce_sae:.3f}, "
+        f"zeroed {m.ce_zero:.3f} nats), dead {m.dead_fraction:.1%}: {'meets' if passed else 'misses'} the bars")
+    return {"char_sae_s": seconds, "char_sae_peak_mb": peak / 2**20, "char_sae_tokens": tokens,
+            **{f"char_{k}": v for k, v in zip(m.keys(), (getattr(m, k) for k in m.keys()))},
+            "char_meets_bars": passed}
+
+
+def disk_cache(args, say) -> dict:
+    """Harvest a GPT-2-small-shaped model's residual stream through the disk cache, then fit on it."""
+    cfg = GPTConfig(vocab_size=50257, n_layer=2, n_head=4, n_embd=128, block_size=128) if args.quick \
+        else GPTConfig(vocab_size=50257, n_layer=12, n_head=12, n_embd=768, block_size=1024)
+    model = GPT(cfg, seed=0).eval()
+    T = 128
+    ids = torch.randint(cfg.vocab_size, (max(1, args.cache_tokens // T), T), generator=torch.Generator().manual_seed(0))
+    hook = f"blocks.{cfg.n_layer // 2}.hook_resid_post"
+    before, harvest_module.MEMORY_BYTES = harvest_module.MEMORY_BYTES, 0  # force the disk path
+    box = {}
+    try:
+        def run():
+            with harvest(model, ids, hook) as rows:
+                box["kind"], box["bytes"] = type(rows).__name__, rows.nbytes
+                t = time.perf_counter()
+                fit_sae(rows, width=8 * cfg.n_embd, k=32, tokens=4 * 1024, batch=1024)
+                box["fit_tokens_s"] = 4 * 1024 / (time.perf_counter() - t)
+
+        start = time.perf_counter()
+        peak = sae_speed.peak_extra_bytes(run, calls=1)
+        seconds = time.perf_counter() - start
+    finally:
+        harvest_module.MEMORY_BYTES = before
+    say(f"disk cache: {ids.numel():,} tokens of {hook} (d {cfg.n_embd}) in an fp16 {box['kind']} of "
+        f"{box['bytes'] / 2**20:.0f} MB on disk ({seconds:.1f} s with a short fit, "
+        f"{box['fit_tokens_s']:,.0f} tokens/s from disk); peak extra memory {peak / 2**20:.0f} MB")
+    return {"cache_tokens": ids.numel(), "cache_mb": box["bytes"] / 2**20, "cache_peak_mb": peak / 2**20,
+            "cache_fit_tokens_s": box["fit_tokens_s"]}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gptcore.bench --sae", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sae", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="small sizes everywhere (a smoke run)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
+    parser.add_argument("--model", help="a char model checkpoint to use instead of training one")
+    parser.add_argument("--hook", default="blocks.0.hook_resid_post", help="the char model's hook point")
+    parser.add_argument("--train-seconds", type=float, default=60.0, help="char model training time (default 60)")
+    parser.add_argument("--tokens", type=int, default=2_000_000, help="char SAE training tokens (default 2M)")
+    parser.add_argument("--cache-tokens", type=int, default=65_536, help="tokens harvested through the disk cache")
+    parser.add_argument("--runs", type=int, default=6, help="timed steps per side (default 6)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.train_seconds, args.cache_tokens, args.runs = min(args.train_seconds, 3.0), 2048, 1
+    say = (lambda line: None) if args.json else (lambda line: print(line, flush=True))
+    say(machine_line())
+    shape = dict(d=128, width=1024, k=16, batch=512) if args.quick else {}
+    out = {"quick": args.quick, **sae_speed.speed(runs=args.runs, say=say, **shape)}
+    out.update(char_sae(args, say))
+    out.update(disk_cache(args, say))
+    if args.json:
+        print(json.dumps({k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}))
+    return 0

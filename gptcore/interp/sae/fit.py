@@ -1,0 +1,116 @@
+"""`fit_sae`: train a TopK sparse autoencoder on activation rows, with defaults that need no tuning.
+
+Why these defaults (Gao et al. 2024; EleutherAI sparsify): the decoder starts as random unit rows
+and the encoder as its transpose, so every latent starts out reading the direction it writes;
+b_dec starts at the data's mean; rows are scaled during training to mean norm sqrt(d), so one
+learning rate rule (`default_lr`) suits any model's activation scale; a latent that has
+not fired for `dead_tokens` tokens counts as dead and is pulled back by AuxK. The learning rate
+warms up over the first 5 % of steps and decays linearly to zero over the last 20 %. The scale
+is folded back at the end, so the SAE returned reads and writes raw activations.
+
+Rows are drawn with replacement from a seeded generator, so a seed gives the same SAE (on the
+same machine and thread count). `progress(done, total, message)` counts tokens; `cancel()`
+turning true stops the loop with `gptcore.errors.Cancelled`.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+import torch
+
+from gptcore.errors import Cancelled
+from gptcore.interp.sae.dictionary import SAE, SAEError, check_shape
+from gptcore.interp.sae.sources import as_source
+from gptcore.interp.sae.topk_step import TopKTrainer
+
+Progress = Optional[Callable[[int, int, str], None]]
+Cancel = Optional[Callable[[], bool]]
+STATS_ROWS = 65536  # rows that set the input scale and b_dec's start
+DEAD_TOKENS_MAX = 10_000_000  # sparsify's threshold; short runs use a twentieth of their tokens
+
+
+def default_lr(width: int, d: int) -> float:
+    """sparsify's rule, 2e-4 at 16,384 latents scaled as 1/sqrt(width), for its Llama 3 8B SAEs (d 4096);
+    scaled as 1/sqrt(d) for other widths of the input. Why: rows are trained at norm sqrt(d), so
+    a decoder entry is ~1/sqrt(d) and an Adam step of lr per entry turns a row by ~lr*sqrt(d);
+    this keeps that turn rate. Measured here: at d 64 (synthetic, 1M tokens) sparsify's plain rule
+    reached explained variance 0.79, this one 0.87; on a char model (d 128) both ~0.97."""
+    return 2e-4 / math.sqrt(width / 2**14) * math.sqrt(4096 / d)
+
+
+def fit_sae(acts, *, width: int, k: int, tokens: int, seed: int = 0, progress: Progress = None,
+            cancel: Cancel = None, batch: int = 4096, lr: float | None = None, hook: str = "") -> SAE:
+    """Train a TopK SAE on `acts`, activation rows (N, d) (a tensor, or an ActivationCache on
+    disk), for `tokens` rows in all drawn with replacement, `batch` rows a step."""
+    source = as_source(acts)
+    d = source.shape[1]
+    check_shape(d, width, k)
+    steps = _steps(tokens, batch)
+    gen = torch.Generator().manual_seed(int(seed))
+    scale, mean = _input_stats(source, gen)
+    decoder = torch.randn(width, d, generator=gen)  # (width, d)
+    decoder /= decoder.norm(dim=1, keepdim=True)
+    base_lr = lr or default_lr(width, d)
+    trainer = TopKTrainer(decoder, mean * scale, k, base_lr,
+                          dead_tokens=min(DEAD_TOKENS_MAX, max(tokens // 20, batch)))
+    every = max(1, steps // 200)
+    for step in range(steps):
+        if cancel is not None and cancel():
+            raise Cancelled("SAE training cancelled")
+        trainer.set_lr(base_lr * _lr_factor(step, steps))
+        x = source.rows(torch.randint(source.shape[0], (batch,), generator=gen)) * scale  # (batch, d)
+        fvu = trainer.step(x)
+        if not math.isfinite(fvu):
+            raise SAEError("SAE training diverged (the loss became NaN or inf); pass a smaller lr "
+                           f"than {base_lr:.2e} or check the activations")
+        if progress is not None and ((step + 1) % every == 0 or step + 1 == steps):
+            progress((step + 1) * batch, steps * batch, f"training: variance unexplained {fvu:.3f}")
+    sae = _to_sae(trainer, k, scale, hook)
+    sae.metadata = {"training_tokens": steps * batch, "batch": batch, "lr": base_lr, "seed": int(seed),
+                    "input_scale": scale}
+    return sae
+
+
+def _steps(tokens, batch) -> int:
+    for name, value in (("tokens", tokens), ("batch", batch)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SAEError(f"{name} must be a positive integer, got {value!r}")
+    if tokens < batch:
+        raise SAEError(f"tokens={tokens:,} is fewer than one batch of {batch:,} rows: "
+                       f"train on at least {batch:,} tokens, or pass batch={tokens:,} or less")
+    return tokens // batch
+
+
+def _lr_factor(step: int, steps: int) -> float:
+    """Linear warm-up over the first 5 % of steps, constant, linear decay to 0 over the last 20 %."""
+    warm = max(1, steps // 20)
+    decay = max(1, steps // 5)
+    if step < warm:
+        return (step + 1) / warm
+    return min(1.0, (steps - step) / decay)
+
+
+def _input_stats(source, gen) -> tuple[float, torch.Tensor]:
+    """(scale to mean norm sqrt(d), mean row (d,)) from up to STATS_ROWS rows."""
+    n = source.shape[0]
+    pick = torch.arange(n) if n <= STATS_ROWS else torch.randint(n, (STATS_ROWS,), generator=gen)
+    sample = source.rows(pick)  # (n', d)
+    mean_norm = float(sample.norm(dim=1).mean())
+    if not mean_norm > 0:
+        raise SAEError("every activation row is zero: there is nothing to reconstruct at this hook")
+    return math.sqrt(sample.shape[1]) / mean_norm, sample.mean(0)
+
+
+def _to_sae(trainer: TopKTrainer, k: int, scale: float, hook: str) -> SAE:
+    """Fold the input scale back: for raw x, (x - b_dec/s) @ W = ((s x - b_dec) @ W) / s, so with
+    b_enc / s the pre-activations (and activations) are the trained ones over s, the top-k choice
+    unchanged, and unit decoder rows rebuild x itself: activations are in the hook's own units."""
+    width, d = trainer.W_dec.shape
+    sae = SAE(d, width, k, hook=hook)
+    with torch.no_grad():
+        sae.W_enc.copy_(trainer.enc.t())
+        sae.b_enc.copy_(trainer.b_enc / scale)
+        sae.W_dec.copy_(trainer.W_dec)
+        sae.b_dec.copy_(trainer.b_dec / scale)
+    return sae

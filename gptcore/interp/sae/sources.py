@@ -1,0 +1,106 @@
+"""Where an SAE's training rows come from: a tensor in memory, or an fp16 file on disk.
+
+Why a disk cache: GPT-2 small's residual stream is 768 numbers per token; the 2M tokens an SAE
+wants are 6 GB in float32. `ActivationCache` keeps them as float16 in one memory-mapped file
+(3 GB), written chunk by chunk while the model runs and read back a batch at a time, so they are
+never all in RAM (the OS pages in what a batch touches). Both kinds answer `shape` and
+`rows(indices) -> float32 (n, d)`, which is all `fit_sae` asks of its data.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gptcore.interp.sae.dictionary import SAEError
+
+CHECK_CHUNK = 65536  # rows checked for NaN/inf at a time (bounded extra memory)
+
+
+class TensorRows:
+    """Rows of an in-memory (N, d) tensor, any float dtype, converted to float32 per batch."""
+
+    def __init__(self, acts: torch.Tensor):
+        self.acts = acts
+        self.shape = tuple(acts.shape)
+
+    def rows(self, indices: torch.Tensor) -> torch.Tensor:
+        return self.acts.index_select(0, indices.to(self.acts.device)).to("cpu", torch.float32)  # (n, d)
+
+
+class ActivationCache:
+    """(rows, d) float16 activations in `path` (raw, memory-mapped) with `path`.json for the shape."""
+
+    def __init__(self, path, shape: tuple[int, int], mode: str = "r"):
+        self.path = Path(path)
+        self.shape = (int(shape[0]), int(shape[1]))
+        self._map = np.memmap(self.path, dtype=np.float16, mode=mode, shape=self.shape)
+
+    @classmethod
+    def create(cls, path, rows: int, d: int) -> "ActivationCache":
+        """A new cache of `rows` rows, to be filled with `write`."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Path(f"{path}.json").write_text(json.dumps({"rows": rows, "d": d, "dtype": "float16"}))
+        return cls(path, (rows, d), mode="w+")
+
+    @classmethod
+    def open(cls, path) -> "ActivationCache":
+        meta = json.loads(Path(f"{path}.json").read_text())
+        return cls(path, (meta["rows"], meta["d"]))
+
+    @property
+    def nbytes(self) -> int:
+        return self.shape[0] * self.shape[1] * 2
+
+    def write(self, start: int, block: torch.Tensor) -> None:
+        """Store rows start.. of `block` (n, d); refuses NaN/inf and values float16 cannot hold."""
+        block = block.detach().to("cpu", torch.float32)
+        check_finite(block, f"rows {start}..{start + len(block) - 1}")
+        if block.abs().max() > 65504:
+            raise SAEError("activations exceed float16's range (65,504), so they cannot be cached on "
+                           "disk; train on fewer tokens so they stay in memory as float32")
+        self._map[start:start + len(block)] = block.numpy().astype(np.float16)
+
+    def rows(self, indices: torch.Tensor) -> torch.Tensor:
+        """float32 (n, d) rows; read in file order (one pass over the pages a batch touches)."""
+        order = np.sort(indices.numpy())
+        return torch.from_numpy(self._map[order].astype(np.float32))  # (n, d)
+
+    def flush(self) -> None:
+        self._map.flush()
+
+    def delete(self) -> None:
+        """Close the map and remove both files."""
+        del self._map
+        self.path.unlink(missing_ok=True)
+        Path(f"{self.path}.json").unlink(missing_ok=True)
+
+
+def as_source(acts):
+    """A row source from activations (N, d): a tensor or array, or something with `rows` and `shape`."""
+    if hasattr(acts, "rows") and hasattr(acts, "shape"):
+        return acts
+    if isinstance(acts, np.ndarray):
+        acts = torch.from_numpy(acts)
+    if not isinstance(acts, torch.Tensor):
+        raise SAEError(f"activations must be a (tokens, d) tensor or an ActivationCache, got {type(acts).__name__}")
+    if acts.dim() != 2 or acts.shape[0] < 1 or acts.shape[1] < 1:
+        raise SAEError(f"activations must be rows (tokens, d), got shape {tuple(acts.shape)}; "
+                       "flatten the batch and position axes first (acts.reshape(-1, d))")
+    if not acts.is_floating_point():
+        raise SAEError(f"activations must be floating point, got {acts.dtype}")
+    for start in range(0, acts.shape[0], CHECK_CHUNK):
+        check_finite(acts[start:start + CHECK_CHUNK], f"rows {start}..{min(start + CHECK_CHUNK, len(acts)) - 1}")
+    return TensorRows(acts)
+
+
+def check_finite(block: torch.Tensor, where: str) -> None:
+    bad = ~torch.isfinite(block)
+    if bad.any():
+        row = int(bad.reshape(len(block), -1).any(1).nonzero()[0, 0])
+        raise SAEError(f"the activations contain NaN or inf ({int(bad.sum())} values in {where}, first in "
+                       f"row {row} of them): the model's forward overflowed or its weights are broken; "
+                       "check the model (or run it in float32) before training an SAE on it")
