@@ -1,0 +1,82 @@
+"""A feature's top-activating contexts as text: one line per context, each token's background
+shaded by its activation (orange for positive, blue for negative — a neuron can go below zero),
+so the eye finds what the feature fires on. Built as HTML for a read-only QTextBrowser; the same
+data goes to CSV as one row per token."""
+from __future__ import annotations
+
+import csv
+import html
+import io
+
+import numpy as np
+
+from explorer.widgets.token_stream import visible_token
+
+POSITIVE = (249, 115, 22)  # the token chips' orange
+NEGATIVE = (59, 130, 246)
+TEXT = "#1b1b1b"  # dark text on a tint, whatever the theme
+MIN_ALPHA = 0.08  # the faintest tint drawn: below it a nonzero activation would look like none
+
+
+def shade(value: float, scale: float) -> str | None:
+    """The background colour of a token with activation `value` when `scale` is the largest |activation|
+    shown; None for an exact zero (or NaN): such a token is not shaded at all."""
+    if not np.isfinite(value) or value == 0 or scale <= 0:
+        return None
+    alpha = MIN_ALPHA + (1 - MIN_ALPHA) * min(abs(value) / scale, 1.0)
+    tint = np.array(POSITIVE if value > 0 else NEGATIVE, float)
+    r, g, b = np.rint(255 + alpha * (tint - 255)).astype(int)  # over white: hex survives Qt's HTML subset
+    return f"#{r:02x}{g:02x}{b:02x}"
+
+
+def context_scale(contexts: list) -> float:
+    """One scale for every context of a feature, so shades compare across lines."""
+    peaks = [float(np.nanmax(np.abs(np.asarray(a, float)))) for _t, a in contexts if len(a)]
+    peaks = [p for p in peaks if np.isfinite(p)]
+    return max(peaks, default=0.0)
+
+
+def _check(tokens, acts) -> np.ndarray:
+    acts = np.asarray(acts, dtype=float).reshape(-1)
+    if len(acts) != len(tokens):
+        raise ValueError(f"a context has {len(tokens)} tokens but {len(acts)} activations; they must pair up")
+    return acts
+
+
+def token_span(token: str, value: float, scale: float, strong: bool) -> str:
+    text = html.escape(visible_token(token), quote=False)
+    background = shade(value, scale)
+    if background is None:
+        return text
+    weight = "font-weight:600;" if strong else ""
+    return f"<span style=\"background-color:{background};color:{TEXT};{weight}\">{text}</span>"
+
+
+def context_line(tokens: list[str], acts, scale: float) -> str:
+    """One context as HTML: its peak activation, then its tokens, the peak token bold."""
+    acts = _check(tokens, acts)
+    peak = int(np.nanargmax(np.abs(acts))) if len(acts) and np.isfinite(acts).any() else -1
+    top = float(acts[peak]) if peak >= 0 else float("nan")
+    spans = "".join(token_span(t, float(a), scale, i == peak) for i, (t, a) in enumerate(zip(tokens, acts)))
+    return f"<span style=\"color:#8c8c8c\">{top:7.2f} │ </span>{spans}"
+
+
+def contexts_html(contexts: list) -> str:
+    """Every context, one line each (no wrapping: the lines stay aligned), the strongest first as given."""
+    if not contexts:
+        return "<p style=\"color:#8c8c8c\">No context in the corpus activates this feature.</p>"
+    scale = context_scale(contexts)
+    lines = [context_line(list(tokens), acts, scale) for tokens, acts in contexts]
+    return ("<div style=\"white-space:pre; font-family:monospace;\">" + "<br>".join(lines) + "</div>")
+
+
+def contexts_csv(feature: int | None, contexts: list) -> str:
+    """One row per token: feature, context (rank, 0 = strongest), position in it, token, activation."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["feature", "context", "position", "token", "activation"])
+    for c, (tokens, acts) in enumerate(contexts):
+        acts = _check(tokens, acts)
+        for p, (token, value) in enumerate(zip(tokens, acts)):
+            writer.writerow(["" if feature is None else feature, c, p, token, f"{float(value):.6g}"])
+    return out.getvalue()
