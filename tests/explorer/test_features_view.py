@@ -194,10 +194,14 @@ def test_selecting_a_row_announces_its_feature(qtbot, panel):
         qtbot.keyClick(panel.table.view, Qt.Key.Key_Down)
     assert blocker.args == [9]
     with qtbot.assertNotEmitted(panel.featureSelected):
+        _click_header(qtbot, panel, 1)  # another order: the same feature stays selected, quietly
+        assert panel.table.model.feature_at(panel.table.view.currentIndex().row()) == 9
         _table(panel)  # new numbers for the same features: the selection stays, quietly
         _feature(panel, 4)  # the controller shows another: it becomes the selection, quietly
     assert panel.selected_feature() == 4
     assert panel.table.model.feature_at(panel.table.view.currentIndex().row()) == 4
+    panel.set_table(np.arange(3), np.ones(3), np.ones(3), np.ones(3), ["a", "b", "c"])  # a smaller dictionary
+    assert panel.selected_feature() is None and not panel.table.view.selectionModel().hasSelection()
 
 
 def test_ctrl_f_filters_and_arrows_move_the_selection(qtbot, panel):
@@ -298,10 +302,10 @@ def test_prompt_chips_are_shaded_by_activation_and_clickable(qtbot, panel):
     assert chips.fill(0) is None and chips.fill(1) is not None and chips.fill(1).alphaF() == pytest.approx(1.0)
     assert chips.fill(2) is not None and chips.fill(2).blue() > chips.fill(2).red()  # negative: blue
     image = chips.grab().toImage()
-    r = chips._rects[1]
+    r = chips.chip_rect(1)
     assert image.pixelColor(int(r.left()) + 3, int(r.center().y())).red() > 200  # orange painted
     with qtbot.waitSignal(panel.tokenClicked) as blocker:
-        qtbot.mouseClick(chips, Qt.MouseButton.LeftButton, pos=chips._rects[2].center().toPoint())
+        qtbot.mouseClick(chips, Qt.MouseButton.LeftButton, pos=chips.chip_rect(2).center().toPoint())
     assert blocker.args == [2]
     panel.set_prompt_activations(["The", " cat", " sat"], None)
     assert chips.fill(1) is None

@@ -10,7 +10,7 @@ import csv
 import io
 
 import numpy as np
-from PySide6.QtCore import QAbstractTableModel, QEvent, QItemSelectionModel, QModelIndex, QObject, Qt, Signal
+from PySide6.QtCore import QAbstractTableModel, QEvent, QItemSelectionModel, QModelIndex, QObject, QSize, Qt, Signal
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLineEdit, QTableView, QVBoxLayout, QWidget
 
 from explorer.widgets.formatting import format_prob
@@ -21,6 +21,7 @@ TIPS = ("The feature's index in its dictionary (a neuron's index in the MLP, an 
         "The largest activation seen on the corpus",
         "Logit effect: how strongly its decoder direction moves the logits through the unembedding",
         "A short description: the token it fires on most")
+WIDTH_PX = 330
 ALIGN_RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
 
 
@@ -189,9 +190,14 @@ class FeatureTable(QWidget):
         box.addWidget(self.filter)
         box.addWidget(self.view, 1)
 
+    def sizeHint(self) -> QSize:  # noqa: N802 - every column readable, the label's too
+        return QSize(WIDTH_PX, 400)
+
     def set_table(self, ids, density, max_act, logit_effect, labels) -> None:
-        """New rows; the selected feature stays selected when it is among them (no signal)."""
+        """New rows; the selected feature stays selected when it is among them (no signal), else none is."""
         self.model.set_data(ids, density, max_act, logit_effect, labels)
+        if self._selected is not None and not np.any(self.model.ids == self._selected):
+            self._selected = None
         self._keep_selection()
 
     def clear(self) -> None:

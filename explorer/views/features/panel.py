@@ -29,7 +29,6 @@ from explorer.widgets.csv_meta import with_metadata
 from explorer.widgets.menu_button import menu_button
 
 ERROR_COLOUR = "#dc2626"
-TABLE_PX = 330
 
 
 class FeaturesPanel(QWidget):
@@ -65,9 +64,8 @@ class FeaturesPanel(QWidget):
         self.sides = QSplitter(Qt.Orientation.Horizontal)
         self.sides.addWidget(self.table)
         self.sides.addWidget(self.detail)
-        self.sides.setStretchFactor(0, 2)
-        self.sides.setStretchFactor(1, 3)
-        self.sides.setSizes([TABLE_PX, 560])  # in proportion: the table's columns all readable
+        self.sides.setStretchFactor(0, 0)  # the table keeps its width (every column readable); a wider
+        self.sides.setStretchFactor(1, 1)  # window widens the contexts
         self.sides.setChildrenCollapsible(False)
         self.rows = QSplitter(Qt.Orientation.Vertical)
         self.rows.addWidget(self.sides)

@@ -42,6 +42,10 @@ class FeatureChips(TokenChips):
         colour.setAlphaF(float(0.15 + 0.85 * min(abs(acts[i]) / finite.max(), 1.0)))
         return colour
 
+    def chip_rect(self, i: int) -> QRectF | None:
+        """Where chip i is drawn (None: not drawn, in the hidden head of a long prompt)."""
+        return self._rects[i] if 0 <= i < len(self._rects) else None
+
     def index_at(self, pos: QPointF) -> int:
         """The chip under `pos` (widget coordinates), -1 for none."""
         rects = self._rects  # TokenChips' layout: None for the hidden head of a long prompt
