@@ -14,18 +14,21 @@ from explorer.widgets.token_stream import visible_token
 
 POSITIVE = (249, 115, 22)  # the token chips' orange
 NEGATIVE = (59, 130, 246)
-TEXT = "#1b1b1b"  # dark text on a tint, whatever the theme
+TEXT = "#1b1b1b"  # dark text on a light shade; a dark shade keeps the theme's text colour
+WHITE = (255, 255, 255)
 MIN_ALPHA = 0.08  # the faintest tint drawn: below it a nonzero activation would look like none
 
 
-def shade(value: float, scale: float) -> str | None:
+def shade(value: float, scale: float, base: tuple = WHITE) -> str | None:
     """The background colour of a token with activation `value` when `scale` is the largest |activation|
-    shown; None for an exact zero (or NaN): such a token is not shaded at all."""
+    shown, blended over the view's `base` colour (a faint shade stays faint on a dark theme too); None
+    for an exact zero (or NaN): such a token is not shaded at all."""
     if not np.isfinite(value) or value == 0 or scale <= 0:
         return None
     alpha = MIN_ALPHA + (1 - MIN_ALPHA) * min(abs(value) / scale, 1.0)
     tint = np.array(POSITIVE if value > 0 else NEGATIVE, float)
-    r, g, b = np.rint(255 + alpha * (tint - 255)).astype(int)  # over white: hex survives Qt's HTML subset
+    under = np.array(base, float)
+    r, g, b = np.rint(under + alpha * (tint - under)).astype(int)  # blended here: hex survives Qt's HTML subset
     return f"#{r:02x}{g:02x}{b:02x}"
 
 
@@ -43,30 +46,37 @@ def _check(tokens, acts) -> np.ndarray:
     return acts
 
 
-def token_span(token: str, value: float, scale: float, strong: bool) -> str:
+def _is_light(hex_colour: str) -> bool:
+    r, g, b = (int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
+    return 0.299 * r + 0.587 * g + 0.114 * b > 140
+
+
+def token_span(token: str, value: float, scale: float, strong: bool, base: tuple = WHITE) -> str:
     text = html.escape(visible_token(token), quote=False)
-    background = shade(value, scale)
+    background = shade(value, scale, base)
     if background is None:
         return text
+    colour = f"color:{TEXT};" if _is_light(background) else ""
     weight = "font-weight:600;" if strong else ""
-    return f"<span style=\"background-color:{background};color:{TEXT};{weight}\">{text}</span>"
+    return f"<span style=\"background-color:{background};{colour}{weight}\">{text}</span>"
 
 
-def context_line(tokens: list[str], acts, scale: float) -> str:
+def context_line(tokens: list[str], acts, scale: float, base: tuple = WHITE) -> str:
     """One context as HTML: its peak activation, then its tokens, the peak token bold."""
     acts = _check(tokens, acts)
     peak = int(np.nanargmax(np.abs(acts))) if len(acts) and np.isfinite(acts).any() else -1
     top = float(acts[peak]) if peak >= 0 else float("nan")
-    spans = "".join(token_span(t, float(a), scale, i == peak) for i, (t, a) in enumerate(zip(tokens, acts)))
+    spans = "".join(token_span(t, float(a), scale, i == peak, base) for i, (t, a) in enumerate(zip(tokens, acts)))
     return f"<span style=\"color:#8c8c8c\">{top:7.2f} │ </span>{spans}"
 
 
-def contexts_html(contexts: list) -> str:
-    """Every context, one line each (no wrapping: the lines stay aligned), the strongest first as given."""
+def contexts_html(contexts: list, base: tuple = WHITE) -> str:
+    """Every context, one line each (no wrapping: the lines stay aligned), the strongest first as given;
+    `base`: the view's background (r, g, b)."""
     if not contexts:
         return "<p style=\"color:#8c8c8c\">No context in the corpus activates this feature.</p>"
     scale = context_scale(contexts)
-    lines = [context_line(list(tokens), acts, scale) for tokens, acts in contexts]
+    lines = [context_line(list(tokens), acts, scale, base) for tokens, acts in contexts]
     return ("<div style=\"white-space:pre; font-family:monospace;\">" + "<br>".join(lines) + "</div>")
 
 

@@ -4,6 +4,7 @@ the tokens its decoder direction promotes and suppresses through the unembedding
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QDoubleSpinBox, QHBoxLayout, QLabel, QListWidget, QPushButton, QSplitter, QTabWidget, QTextBrowser,
     QVBoxLayout, QWidget,
@@ -143,7 +144,9 @@ class FeatureDetail(QWidget):
 
     def set_feature(self, feature: int, title: str, contexts: list, hist_edges, hist_counts, promoted,
                     suppressed) -> None:
-        html = contexts_html(list(contexts))  # checked before anything on screen changes
+        base = self.context_view.palette().color(QPalette.ColorRole.Base)
+        # checked before anything on screen changes
+        html = contexts_html(list(contexts), (base.red(), base.green(), base.blue()))
         self.histogram.set_histogram(hist_edges, hist_counts)
         self.feature, self.contexts = int(feature), list(contexts)
         self.title.setText(title)
