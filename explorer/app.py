@@ -219,6 +219,22 @@ def take_screenshot(app, window, runner, panel_name: str, out: str, prompt: str 
     return 0
 
 
+OFFSCREEN_NOISE = ("This plugin does not support propagateSizeHints()",)  # Qt's offscreen platform, per window
+
+
+def quiet_offscreen_warnings() -> None:
+    """The offscreen platform (screenshots) warns that it cannot pass size hints to a window manager
+    it does not have, once per top-level window: noise, not a problem of ours. Everything else Qt
+    says goes to stderr as before."""
+    from PySide6.QtCore import qInstallMessageHandler
+
+    def handler(_mode, _context, message: str) -> None:
+        if message not in OFFSCREEN_NOISE:
+            print(message, file=sys.stderr)
+
+    qInstallMessageHandler(handler)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.screenshot or args.exit_after_paint:
@@ -240,6 +256,8 @@ def main(argv=None) -> int:
     from explorer.runtime.gui_gc import GuiThreadCollector
     from explorer.runtime.workers import TaskRunner
 
+    if os.environ.get("QT_QPA_PLATFORM") == "offscreen":
+        quiet_offscreen_warnings()
     app = QApplication.instance() or QApplication(sys.argv[:1])
     GuiThreadCollector(app)  # cyclic garbage (Qt objects among it) is freed on this thread only
     app.setApplicationName("GPT Explorer")
