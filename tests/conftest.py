@@ -71,6 +71,8 @@ SLOW = {
     "tests/explorer/test_shell_window.py": {"test_every_registered_panel_opens_from_its_tab"},
     "tests/explorer/test_small_windows.py": {"test_every_panel_fits_a_900_by_600_window",
                                              "test_grid_labels_thin_out_to_what_fits"},
+    "tests/explorer/test_train_labels.py": {
+        "test_a_run_opened_scrubbed_and_a_second_run_started_are_named_alike_by_banner_badge_and_status"},
     "tests/explorer/test_train_panel.py": {
         "test_a_run_started_in_the_panel_is_followed_scrubbed_into_every_panel_and_stopped",
         "test_a_run_the_training_refuses_shows_its_reason_in_the_panel",

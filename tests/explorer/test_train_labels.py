@@ -243,3 +243,44 @@ def test_the_charts_show_axes_only_with_data_census_on_0_to_1_and_the_legend_bes
 def test_the_window_asks_the_page_never_the_train_controller():
     source = (ROOT / "explorer" / "shell" / "window.py").read_text(encoding="utf-8")
     assert ".controller." not in source
+
+
+def test_a_run_opened_scrubbed_and_a_second_run_started_are_named_alike_by_banner_badge_and_status(
+        qtbot, window, tmp_path):
+    """Issue 32: the run and step shown are one typed fact (ModelInfo.run) that banner, badge and status
+    bar all read — from the moment a run is opened (as --run does), at every scrubbed step, and for a
+    second run started in the panel, whose first kept step replaces the first run's everywhere."""
+    from tests.explorer.test_train_panel import TINY, WAIT_MS, _fake_run
+
+    root = tmp_path / "first-run"
+    _fake_run(root)
+    labels, banner, session = window.status_labels, window.banner, window.session
+
+    def says(run_name: str, step: int, of: int, badge: str) -> bool:
+        run = session.info.run
+        return (run is not None and run.step == step and f"step {step} of {of}" in labels["model"].text()
+                and labels["trained"].text() == badge and not banner.isHidden()
+                and f"Training run {run_name}" in banner.text() and f"step {step} of {of}" in banner.text())
+
+    window.open_run(str(root))  # what `gpt-explorer --run DIR` does
+    qtbot.waitUntil(lambda: says("first-run", 20, 20, "trained"), timeout=60_000)  # no slider moved
+    assert "UNTRAINED" not in banner.text()
+    c = window.panel("train").controller
+    c.view.choose_step(0)
+    qtbot.waitUntil(lambda: says("first-run", 0, 20, "UNTRAINED"), timeout=60_000)
+    assert "UNTRAINED" in banner.text()  # and it still names the run and the step
+    c.view.choose_step(10)
+    qtbot.waitUntil(lambda: says("first-run", 10, 20, "trained"), timeout=60_000)
+
+    c.view.latest_box.setChecked(True)  # "latest": a started run's kept steps become the session's model
+    c.start_with(dict(TINY, max_iters=40))  # a second run, started here: its steps replace the first's
+    second = c.follower.root.name
+    qtbot.waitUntil(lambda: session.info.run is not None and session.info.run.root.endswith(second),
+                    timeout=WAIT_MS)
+    step = session.info.run.step
+    qtbot.waitUntil(lambda: says(second, session.info.run.step, 40, "UNTRAINED" if not session.info.run.step
+                                 else "trained"), timeout=WAIT_MS)
+    assert "first-run" not in labels["model"].toolTip() and "first-run" not in banner.text()
+    assert step in c.follower.kept_steps("gpt2")
+    c.stop()
+    qtbot.waitUntil(lambda: not c.process.running, timeout=WAIT_MS)
