@@ -64,6 +64,9 @@ class PanelController(QObject, Generic[ViewT]):
         self._shown = _shown_at_build[-1]  # a panel outside a window (unit tests) is in front
         self._stale = False  # a change arrived while hidden: refresh when shown
         self._own_states: dict[str, int] = {}  # see while_unchanged()
+        self._alive = [True]  # False once this controller's Qt side is gone: its tasks' callbacks are dropped
+        alive = self._alive
+        self.destroyed.connect(lambda *_: alive.__setitem__(0, False))
         ctx.signals.event.connect(self.on_session_event)
 
     @classmethod
@@ -173,6 +176,8 @@ class PanelController(QObject, Generic[ViewT]):
         if not self._shown and key not in self.background_keys:
             self._stale = True
             return 0
+        alive = self._alive  # a result arriving after the panel closed (a test's, the app's quit) reaches no one
+        callbacks = {name: _while_alive(alive, cb) for name, cb in callbacks.items() if cb is not None}
         return self.ctx.submit(key, work, still_current=still_current, **callbacks)
 
     def while_unchanged(self, name: str):
@@ -216,6 +221,15 @@ class PanelController(QObject, Generic[ViewT]):
     def report_error(self, exc: BaseException | str, title: str, *, after: str = "") -> Explanation:
         """The one error path (see PanelContext.report_error); show the returned `.inline` where it happened."""
         return self.ctx.report_error(exc, title, after=after)
+
+
+def _while_alive(alive: list, callback):
+    def call(*args):
+        if alive[0]:
+            return callback(*args)
+        return None
+
+    return call
 
 
 class PanelPage(QWidget):

@@ -79,6 +79,7 @@ class ResidualController(PanelController[ResidualView]):
         self.last_settings: dict[str, dict] = {}
         self.probe_bases: dict[str, dict] = {}  # view -> the model-derived config the sweep ran on
         self.statuses: dict[str, str] = {}  # view -> its status line (the view shown says its own)
+        self.reference = None  # the loaded model's own curve on screen (a ReferenceCurve), if any
         self._running_view: str | None = None  # the view the sweep in flight measures
         panel.runRequested.connect(self.run)
         panel.cancelRequested.connect(self.cancel)
@@ -193,6 +194,7 @@ class ResidualController(PanelController[ResidualView]):
         """The trained model's dashed curve belongs to the old model: off. The random-init sweep
         stays if the new model gives it the same parts; otherwise it is marked (update_stale_mark)."""
         self.view.set_reference(None)
+        self.reference = None
         self.update_stale_mark()
 
     def refresh(self) -> None:
@@ -220,6 +222,7 @@ class ResidualController(PanelController[ResidualView]):
                                                 seed=settings["seeds"][0], metric=settings["metric"], tokens=tokens)
 
         def done(ref):  # only called while the model it was measured on is loaded (the one stale rule)
+            self.reference = ref
             if ref is not None:
                 self.view.set_reference(ref.x, ref.y, reference_label(ref.name, session.info.status_word))
 

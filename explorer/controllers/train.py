@@ -28,25 +28,24 @@ from PySide6.QtWidgets import QFileDialog
 from gptcore.model.init import INIT_SCHEMES
 
 from explorer.controllers.base import PanelController
+from explorer.controllers.train_following import OPEN_KEY, POLL_KEY, RunFollowing
 from explorer.controllers.train_settings import (command_settings, form_defaults, induction_preset_available,
-                                                 preset_values, rate_text, run_form_values, run_state_word)
+                                                 preset_values, rate_text, run_state_word)
 from explorer.views.train.protocol import TrainView
 from explorer.runtime.train_process import TrainProcess
 from explorer.session.events import ModelSwapped
 from explorer.session.training import is_run_model, step_name
-from explorer.session.training_runs import RunFollower, RunFollowError, new_run_dir, remember_run
+from explorer.session.training_runs import RunFollower, new_run_dir
 from explorer.views.train.panel import TrainPanel
 
 POLL_MS = 500
-OPEN_KEY = "train-open"
-POLL_KEY = "train-poll"
 STEP_KEY = "train-step"
 USE_KEY = "train-use"
 CENSUS_SHOWN = ("previous_token", "induction", "position_copy")
 SHAPE_FIELDS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "dropout")
 
 
-class TrainController(PanelController[TrainView]):
+class TrainController(RunFollowing, PanelController[TrainView]):
     view_class = TrainPanel
     view_args = (INIT_SCHEMES,)
     task_keys = (OPEN_KEY, POLL_KEY, STEP_KEY, USE_KEY)
@@ -150,85 +149,6 @@ class TrainController(PanelController[TrainView]):
         """The run's state in one word, from the child process when it is ours, else from the trace."""
         p = self.process
         return run_state_word(self.follower, p.running, p.running and p.paused, self._stopping, self._exit)
-
-    # -- following a run folder -----------------------------------------------------------------------
-    def open_run(self, path: str | None = None) -> None:
-        """Follow (or replay) the run folder `path` (None: ask for it); its whole trace is read once
-        in a worker."""
-        if not path:
-            start = str(self.follower.root.parent) if self.follower else ""
-            path = QFileDialog.getExistingDirectory(self.view, "Open a training run folder", start)
-            if not path:
-                return
-        self.view.set_status(f"reading {path}…")
-        training = self.ctx.session.training
-        self.move_on("run")
-        self.submit(OPEN_KEY, lambda token, progress: training.open(path), still_current=self.while_unchanged("run"),
-                    on_result=self._opened, on_error=lambda exc: self._open_failed(path, exc))
-
-    def _opened(self, follower: RunFollower) -> None:
-        if self.process.running and self.follower is not None and follower.root != self.follower.root:
-            self.view.set_message("a training is running here: stop it before opening another run")
-            return
-        if self.follower is None or follower.root != self.follower.root:
-            self._exit = None
-        self._follow(follower)
-        if self.view.follows_latest():  # opening a run shows it: its latest kept step in every panel
-            self.follow_session = True
-            self.draw()
-
-    def _open_failed(self, path, exc: BaseException) -> None:
-        text = str(exc) if isinstance(exc, (RunFollowError, ValueError, OSError)) else self.report_error(
-            exc, "Opening the run failed").inline
-        self.view.set_message(text)
-        self.view.set_status(f"could not open {path}")
-        self.mark_ready()
-
-    def _follow(self, follower: RunFollower) -> None:
-        if self.follower is None or follower.root != self.follower.root:
-            self.view.clear_run()
-            self.shown, self.follow_session = None, False
-            if follower.meta is not None and not self.process.running:
-                self.view.set_form_values(run_form_values(follower.meta))  # Start runs the same again
-        self.follower = follower
-        remember_run(self.ctx.settings, follower.root)
-        self.view.set_message("")
-        self.draw()
-        self.timer.start()
-        self.mark_ready()
-
-    def poll(self) -> None:
-        """Ask for what the run wrote since the last poll: read on the compute thread (one poll in
-        flight at a time), drawn here when it arrives."""
-        follower = self.follower
-        if follower is None or self._polling:
-            return
-        self._polling = True
-        training = self.ctx.session.training
-
-        def done() -> None:
-            self._polling = False
-
-        self.submit(POLL_KEY, lambda token, progress: training.poll(follower), still_current=self.while_unchanged("run"),
-                    on_result=lambda changed: self._polled(follower, changed),
-                    on_error=lambda exc: self._poll_failed(follower, exc), on_finished=done)
-
-    def _polled(self, follower: RunFollower, changed: bool) -> None:
-        if follower is not self.follower:
-            return
-        if changed:
-            self.draw()
-        if follower.finished and not self.process.running:
-            self.timer.stop()
-            self.draw()
-
-    def _poll_failed(self, follower: RunFollower, exc: BaseException) -> None:
-        if follower is not self.follower:
-            return
-        self.timer.stop()
-        self.view.set_message(str(exc) if isinstance(exc, RunFollowError)
-                              else self.report_error(exc, "Following the run failed").inline)
-        self.view.set_status(f"no longer following {follower.root}")
 
     # -- drawing ----------------------------------------------------------------------------------------
     def scheme(self) -> str:

@@ -170,9 +170,10 @@ def test_trained_model_curve_is_overlaid_and_follows_model_swaps(qtbot, runner):
     info = ModelInfo(name="tiny-trained", trained=True, source="test", config=model.config.to_dict(), n_params=1)
     session = Session(model, info)
     view = small_view(qtbot, PanelContext(session=session, runner=runner))
-    result = run_and_wait(qtbot, view)
+    run_and_wait(qtbot, view)  # the sweep, then the loaded model's own curve (a task of its own)
+    qtbot.waitUntil(lambda: view.controller.reference is not None, timeout=60_000)
     want = model_residual_norms(model, batch=2, length=8, seed=0)
-    np.testing.assert_allclose(result.reference, want)
+    np.testing.assert_allclose(view.controller.reference.y, want)
     assert view.view.curve_names()[-1] == "tiny-trained (trained)"
     session.build(model.config.to_dict(), "gpt2", seed=1)  # an untrained model replaces it (the panel follows)
     qtbot.waitUntil(lambda: not runner.busy, timeout=10_000)
@@ -187,8 +188,8 @@ def test_a_model_of_unknown_provenance_is_not_called_trained(qtbot, runner, tmp_
                      config=model.config.to_dict(), n_params=1)
     session = Session(model, info)
     view = small_view(qtbot, PanelContext(session=session, runner=runner))
-    result = run_and_wait(qtbot, view)
-    assert result.reference is not None
+    run_and_wait(qtbot, view)
+    qtbot.waitUntil(lambda: view.controller.reference is not None, timeout=60_000)
     name = view.view.curve_names()[-1]
     assert name == residual_controller.reference_label("model.pth", "loaded") and "trained)" not in name
     assert name.startswith("model.pth (as loaded")

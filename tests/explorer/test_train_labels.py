@@ -24,7 +24,14 @@ def _open(qtbot, panel_context, root):
     qtbot.addWidget(page)
     c = page.controller
     qtbot.waitUntil(lambda: c.follower is not None and c.follower.root == Path(root), timeout=60_000)
+    qtbot.waitUntil(lambda: not panel_context.runner.busy, timeout=60_000)  # its latest step, shown (issue 32)
     return page, c
+
+
+def _poll(qtbot, c) -> None:
+    """One poll of the followed run (a task on the compute thread since issue 32), waited for."""
+    c.poll()
+    qtbot.waitUntil(lambda: not c.ctx.runner.busy, timeout=60_000)
 
 
 def _save_ckpt(root, step=20):
@@ -62,16 +69,17 @@ def test_scrubbing_a_run_makes_the_status_bar_badge_and_banner_describe_the_step
         return (f"step {step} of 20" in labels["model"].text() and labels["trained"].text() == badge
                 and session.info.status_word == badge.lower())
 
-    c.view.choose_step(0)  # the initialisation: a model swap, untrained
+    c.view.choose_step(0)  # the initialisation: untrained (the banner names the run and the step: issue 32)
     qtbot.waitUntil(lambda: shows(0, "UNTRAINED"), timeout=60_000)
-    assert not banner.isHidden() and "UNTRAINED model" in banner.text()
+    assert not banner.isHidden() and "UNTRAINED" in banner.text() and "step 0 of 20" in banner.text()
     c.view.choose_step(20)  # weights copied in place (TrainingStepShown): trained now, everywhere
     qtbot.waitUntil(lambda: shows(20, "trained"), timeout=60_000)
-    assert banner.isHidden()
+    assert not banner.isHidden() and "UNTRAINED" not in banner.text() and "Training run run" in banner.text()
+    assert "step 20 of 20" in banner.text()
     assert "step 20" in labels["trained"].toolTip()
     c.view.choose_step(0)  # and back: the badge and banner follow the weights, not the first swap
     qtbot.waitUntil(lambda: shows(0, "UNTRAINED"), timeout=60_000)
-    assert not banner.isHidden()
+    assert "UNTRAINED" in banner.text()
 
 
 def test_the_kept_steps_count_grows_with_the_run_folder(qtbot, panel_context, tmp_path):
@@ -82,15 +90,15 @@ def test_the_kept_steps_count_grows_with_the_run_folder(qtbot, panel_context, tm
     root = tmp_path / "run"
     folder = _fake_run(root, steps=(0,))
     page, c = _open(qtbot, panel_context, root)
-    assert c.view.step_label.text() == "1 kept step"
+    assert c.view.step_label.text() == "step 0 shown (1 kept step)"  # opening a run shows its latest step
     model = GPT(GPTConfig(vocab_size=5, block_size=16, n_layer=1, n_head=2, n_embd=16), init="gpt2", seed=0)
     c.view.choose_step(0)
     qtbot.waitUntil(lambda: c.view.step_label.text().startswith("step 0 shown"), timeout=60_000)
     for step in (10, 20):  # the run keeps two more steps while it is followed
         path = RunFolder(root).save_step_weights(model, "gpt2", step)
         _append(root, ("checkpoint", dict(scheme="gpt2", step=step, latest="ckpt.pt", path=folder.relative(path))))
-        c.poll()
-    assert c.view.step_label.text() == "step 0 shown (3 kept steps)"
+        _poll(qtbot, c)
+    assert c.view.step_label.text() == "step 0 shown (3 kept steps)"  # a chosen step stays (not "latest")
     page.shutdown()
 
 
@@ -179,7 +187,7 @@ def test_a_trace_deleted_while_followed_is_named_as_such(qtbot, panel_context, t
     _fake_run(root)
     page, c = _open(qtbot, panel_context, root)
     (root / "trace.jsonl").unlink()
-    c.poll()
+    _poll(qtbot, c)
     text = c.view.message_label.text()
     assert "trace.jsonl was deleted" in text and "kept steps and ckpt.pt stay usable" in text
     assert "removed or moved" not in text

@@ -128,7 +128,10 @@ def _uses(source: str) -> _ViewUses:
 
 
 def _module_uses(module: str) -> _ViewUses:
-    return _uses((ROOT / "explorer" / "controllers" / f"{module}.py").read_text(encoding="utf-8"))
+    """The controller module and its split-off halves (controllers/<module>_*.py, e.g. train_following)."""
+    folder = ROOT / "explorer" / "controllers"
+    paths = [folder / f"{module}.py", *sorted(folder.glob(f"{module}_*.py"))]
+    return _uses("\n\n".join(p.read_text(encoding="utf-8") for p in paths))
 
 
 def _outside(uses: _ViewUses, protocol) -> list[str]:
