@@ -11,6 +11,10 @@ tests); these modules may pull heavy references the library never needs at run t
   tests' HF oracle.
 - `training`    — `python -m gptcore.bench --train`: our Trainer against nanoGPT's model.py and
   train.py's loop (`nanogpt_loop`), speed and val loss, on the CPU recipe.
+- `sae`         — `python -m gptcore.bench --sae`: the SAE training step against sparsify's
+  (`sae_speed`), a char model's SAE and its quality bars, the fp16 disk cache.
+- `sae_lens_check` — `python -m gptcore.benches.sae_lens_check`: our SAE files opened by SAELens and
+  SAELens's by ours (run in an interpreter that has sae-lens).
 - `probe_cost`  — `python -m gptcore.benches.probe_cost`: what the training probes cost.
 - `timing`      — interleaved medians and the machine's name, shared by every bench.
 """

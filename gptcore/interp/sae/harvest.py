@@ -21,6 +21,7 @@ from gptcore.interp.sae.sources import ActivationCache, check_finite
 
 MEMORY_BYTES = 1 << 30  # activations up to 1 GiB (float32) stay in RAM; beyond, an fp16 file on disk
 TOKENS_PER_FORWARD = 8192
+PER_PAIR = ("hook_pattern", "hook_attn_scores")  # (batch, head, query, key): not one row per token
 
 
 def train_sae(model, ids, hook: str, *, width: int, k: int, tokens: int, seed: int = 0,
@@ -95,16 +96,17 @@ def eval_mode(model):
 
 
 def hook_width(model, hook: str) -> int:
-    """How many numbers the hook carries per token (a probe forward of one token); SAEError for an
-    unknown hook (listing the valid ones) or one that is not one vector per token."""
+    """How many numbers the hook carries per token (a probe forward of a few tokens); SAEError for
+    an unknown hook (listing the valid ones) or one that is not one vector per token."""
     check_hook_name(model, hook)
+    T = min(3, model.config.block_size)
     seen = []
-    probe = torch.zeros(1, 2, dtype=torch.long, device=model.device)
+    probe = torch.zeros(1, T, dtype=torch.long, device=model.device)
     with torch.no_grad(), eval_mode(model), model.hooks([(hook, lambda x, _hp: seen.append(x.shape))]):
         model(probe, logits=None)
     shape = tuple(seen[0])
-    if shape[:2] != (1, 2):
-        raise SAEError(f"{hook} holds {shape} for one sequence of 2 tokens, not one vector per token "
+    if hook.endswith(PER_PAIR) or shape[:2] != (1, T):
+        raise SAEError(f"{hook} holds {shape} for one sequence of {T} tokens, not one vector per token "
                        "(attention scores and patterns are per pair of tokens); choose a residual, "
                        "MLP or attention-output hook")
     return int(torch.tensor(shape[2:]).prod()) if len(shape) > 2 else 1

@@ -1,0 +1,165 @@
+"""The SAE itself and its trainer (issue 33): SAELens's TopK semantics, the hand-written gradients
+against autograd, the published recipe's pieces, determinism, cancel/progress and refusals.
+Oracles are written here."""
+import math
+
+import pytest
+import torch
+
+from gptcore import SAE, SAEError, fit_sae
+from gptcore.errors import Cancelled, UserError
+from gptcore.interp.sae.topk_step import TopKTrainer
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Small problems: a second OpenMP thread only spin-waits on a shared machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def random_sae(d=8, width=32, k=4, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    sae = SAE(d, width, k, hook="blocks.0.hook_resid_post")
+    with torch.no_grad():
+        for p in sae.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen))
+    return sae
+
+
+def test_encode_keeps_the_k_largest_relud_and_decode_is_affine():
+    sae = random_sae()
+    x = torch.randn(5, 8)
+    sae.requires_grad_(False)
+    pre = (x - sae.b_dec) @ sae.W_enc + sae.b_enc  # SAELens: hidden_pre on x - b_dec
+    f = sae.encode(x)
+    for row in range(5):
+        top = set(pre[row].topk(4).indices.tolist())
+        for j in range(32):
+            want = max(float(pre[row, j]), 0.0) if j in top else 0.0
+            assert float(f[row, j]) == pytest.approx(want, abs=1e-6)
+    assert torch.allclose(sae.decode(f), f @ sae.W_dec + sae.b_dec, atol=1e-6)
+    assert torch.allclose(sae(x), sae.decode(f), atol=1e-5)  # forward = decode(encode) (sparse path)
+    values, indices = sae.encode_topk(x[None])  # any leading shape
+    assert values.shape == (1, 5, 4) and torch.allclose(f.gather(1, indices[0]), values[0])
+
+
+def test_feature_acts_and_directions_read_single_latents():
+    sae = random_sae()
+    x = torch.randn(6, 8)
+    feats = torch.tensor([3, 17, 30])
+    assert torch.allclose(sae.feature_acts(x, feats), sae.encode(x)[:, feats], atol=1e-6)
+    assert torch.equal(sae.directions(feats), sae.W_dec[feats])
+
+
+@pytest.mark.parametrize("n_dead", [0, 3, 20, 40])  # none; all dead used; dense top-k_aux; sparse top-k_aux
+def test_the_hand_written_step_equals_autograd_on_the_topk_recipe(n_dead):
+    B, d, W, k = 48, 16, 96, 4
+    gen = torch.Generator().manual_seed(1)
+    dec = torch.randn(W, d, generator=gen)
+    dec /= dec.norm(dim=1, keepdim=True)
+    tr = TopKTrainer(dec, 0.1 * torch.randn(d, generator=gen), k, 1e-3, dead_tokens=0)
+    tr.enc += 0.1 * torch.randn(W, d, generator=gen)
+    tr.b_enc += torch.randn(W, generator=gen)
+    tr.since_fired[:n_dead] = 1  # > dead_tokens: these are dead
+    x = 3 * torch.randn(B, d, generator=gen)
+    # oracle: sparsify's loss, autograd through dense tensors
+    enc, b_enc, W_dec, b_dec = (t.clone().requires_grad_() for t in (tr.enc, tr.b_enc, tr.W_dec, tr.b_dec))
+    pre = (x - b_dec) @ enc.T + b_enc
+    vals, idx = pre.topk(k)
+    recon = (vals.relu()[:, :, None] * W_dec[idx]).sum(1) + b_dec
+    total = (x - x.mean(0)).pow(2).sum()
+    e = x - recon
+    loss = e.pow(2).sum() / total
+    if n_dead:
+        k_aux = min(d // 2, n_dead)
+        masked = torch.where(torch.arange(W)[None] < n_dead, pre, -math.inf)
+        avals, aidx = masked.topk(k_aux)
+        e_hat = (avals.relu()[:, :, None] * W_dec[aidx]).sum(1)
+        loss = loss + min(n_dead / (d // 2), 1.0) * (e_hat - e.detach()).pow(2).sum() / total / 32
+    loss.backward()
+    want_dec = W_dec.grad - (W_dec.grad * W_dec).sum(1, keepdim=True) * W_dec  # parallel part removed
+    seen = {}
+    tr.adam.step = lambda: seen.update({n: p.grad.clone() for n, p in zip("enc b_enc dec b_dec".split(), tr.params)})
+    fvu = tr.step(x)
+    assert fvu == pytest.approx(float(e.pow(2).sum() / total), rel=1e-5)
+    for name, want in (("enc", enc.grad), ("b_enc", b_enc.grad), ("dec", want_dec), ("b_dec", b_dec.grad)):
+        assert torch.allclose(seen[name], want, atol=1e-6, rtol=1e-4), name
+
+
+def test_a_step_keeps_decoder_rows_unit_norm_and_counts_firing():
+    gen = torch.Generator().manual_seed(0)
+    dec = torch.randn(64, 8, generator=gen)
+    dec /= dec.norm(dim=1, keepdim=True)
+    tr = TopKTrainer(dec, torch.zeros(8), 2, 1e-2, dead_tokens=100)
+    tr.step(torch.randn(32, 8, generator=gen))
+    assert torch.allclose(tr.W_dec.norm(dim=1), torch.ones(64), atol=1e-5)
+    fired = tr.since_fired == 0
+    assert 0 < int(fired.sum()) <= 64 and set(tr.since_fired.unique().tolist()) <= {0, 32}
+
+
+def data(n=4000, d=16, seed=3):
+    gen = torch.Generator().manual_seed(seed)
+    return 5.0 + 20.0 * torch.randn(n, d, generator=gen)  # far from unit scale: the fold must undo it
+
+
+def test_fit_returns_an_sae_on_raw_activations_with_unit_decoder_rows():
+    x = data()
+    sae = fit_sae(x, width=64, k=8, tokens=40_000, batch=1000, hook="h")
+    assert sae.hook == "h" and (sae.d_in, sae.width, sae.k) == (16, 64, 8)
+    assert torch.allclose(sae.W_dec.norm(dim=1), torch.ones(64), atol=1e-4)
+    with torch.no_grad():
+        ev = 1 - float((x - sae(x)).pow(2).sum() / (x - x.mean(0)).pow(2).sum())
+    assert ev > 0.7  # reconstructs x in its own units (a missing fold would reconstruct x * scale)
+    assert sae.metadata["training_tokens"] == 40_000 and sae.metadata["seed"] == 0
+
+
+def test_same_seed_same_sae_other_seed_another():
+    x = data()
+    a, b = (fit_sae(x, width=32, k=4, tokens=8000, batch=1000, seed=5) for _ in range(2))
+    c = fit_sae(x, width=32, k=4, tokens=8000, batch=1000, seed=6)
+    for name in ("W_enc", "b_enc", "W_dec", "b_dec"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    assert not torch.equal(a.W_dec, c.W_dec)
+
+
+def test_progress_counts_tokens_and_cancel_stops_with_cancelled():
+    seen = []
+    fit_sae(data(), width=32, k=4, tokens=5000, batch=1000, progress=lambda *a: seen.append(a))
+    assert seen[-1][:2] == (5000, 5000) and all(total == 5000 for _, total, _ in seen)
+    assert [done for done, _, _ in seen] == sorted(done for done, _, _ in seen)
+    calls = []
+    with pytest.raises(Cancelled):
+        fit_sae(data(), width=32, k=4, tokens=50_000, batch=1000, cancel=lambda: calls.append(1) or len(calls) > 3)
+    assert len(calls) == 4
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(width=8, k=8), ["k=8", "width=8"]),
+    (dict(width=8, k=0), ["k must be a positive integer"]),
+    (dict(width=32, k=4, tokens=100), ["fewer than one batch", "4,096"]),
+    (dict(width=32, k=4, batch=0), ["batch must be a positive integer"]),
+])
+def test_bad_settings_are_refused_by_name(kwargs, words):
+    settings = dict(tokens=10_000) | kwargs
+    with pytest.raises(SAEError) as info:
+        fit_sae(data(), **settings)
+    assert isinstance(info.value, UserError)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_nan_or_inf_activations_and_bad_shapes_are_refused():
+    x = data()
+    x[123, 4] = float("nan")
+    with pytest.raises(SAEError, match="NaN or inf.*row 123"):
+        fit_sae(x, width=32, k=4, tokens=4096)
+    x[123, 4] = float("inf")
+    with pytest.raises(SAEError, match="NaN or inf"):
+        fit_sae(x, width=32, k=4, tokens=4096)
+    with pytest.raises(SAEError, match="flatten"):
+        fit_sae(torch.randn(2, 3, 4), width=32, k=4, tokens=4096)
+    with pytest.raises(SAEError, match="zero"):
+        fit_sae(torch.zeros(100, 4), width=32, k=4, tokens=4096)
