@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import time
@@ -97,23 +98,28 @@ def disk_cache(args, say) -> dict:
     hook = f"blocks.{cfg.n_layer // 2}.hook_resid_post"
     before, harvest_module.MEMORY_BYTES = harvest_module.MEMORY_BYTES, 0  # force the disk path
     box = {}
-    try:
-        def run():
-            with harvest(model, ids, hook) as rows:
-                box["kind"], box["bytes"] = type(rows).__name__, rows.nbytes
-                t = time.perf_counter()
-                fit_sae(rows, width=8 * cfg.n_embd, k=32, tokens=4 * 1024, batch=1024)
-                box["fit_tokens_s"] = 4 * 1024 / (time.perf_counter() - t)
+    with contextlib.ExitStack() as stack:
+        try:
+            start = time.perf_counter()
+            harvest_peak = sae_speed.peak_extra_bytes(
+                lambda: box.setdefault("rows", stack.enter_context(harvest(model, ids, hook))), calls=1)
+            harvest_s = time.perf_counter() - start
+        finally:
+            harvest_module.MEMORY_BYTES = before
+        rows, tokens = box["rows"], 8 * 1024
 
-        start = time.perf_counter()
-        peak = sae_speed.peak_extra_bytes(run, calls=1)
-        seconds = time.perf_counter() - start
-    finally:
-        harvest_module.MEMORY_BYTES = before
-    say(f"disk cache: {ids.numel():,} tokens of {hook} (d {cfg.n_embd}) in an fp16 {box['kind']} of "
-        f"{box['bytes'] / 2**20:.0f} MB on disk ({seconds:.1f} s with a short fit, "
-        f"{box['fit_tokens_s']:,.0f} tokens/s from disk); peak extra memory {peak / 2**20:.0f} MB")
-    return {"cache_tokens": ids.numel(), "cache_mb": box["bytes"] / 2**20, "cache_peak_mb": peak / 2**20,
+        def fit():
+            t = time.perf_counter()
+            fit_sae(rows, width=8 * cfg.n_embd, k=32, tokens=tokens, batch=1024)
+            box["fit_tokens_s"] = tokens / (time.perf_counter() - t)
+
+        fit_peak = sae_speed.peak_extra_bytes(fit, calls=1)
+    say(f"disk cache: {ids.numel():,} tokens of {hook} (d {cfg.n_embd}) into an fp16 {type(rows).__name__} of "
+        f"{rows.nbytes / 2**20:.0f} MB on disk in {harvest_s:.1f} s, peak extra memory {harvest_peak / 2**20:.0f} MB "
+        f"(the forwards); fitting from it (width {8 * cfg.n_embd}, batch 1024): {box['fit_tokens_s']:,.0f} "
+        f"tokens/s, peak extra memory {fit_peak / 2**20:.0f} MB (trainer state, Adam, one batch, the statistics sample)")
+    return {"cache_tokens": ids.numel(), "cache_mb": rows.nbytes / 2**20, "cache_harvest_s": harvest_s,
+            "cache_peak_mb": harvest_peak / 2**20, "cache_fit_peak_mb": fit_peak / 2**20,
             "cache_fit_tokens_s": box["fit_tokens_s"]}
 
 

@@ -9,7 +9,8 @@ its trainer sets it), zero_grad, decoder rows renormalised. Both get the same de
 
 The sides alternate step by step (benches/timing.py) so load from other processes on a shared
 machine falls on both. Peak extra memory is the resident set's peak while a side steps, above
-what the process held before, sampled every millisecond from /proc/self/statm (Linux).
+what the process held before (freed memory handed back to the OS first), sampled every
+millisecond from /proc/self/statm (Linux).
 sparsify must be importable (`pip install eai-sparsify` in the interpreter that runs the bench);
 without it ours is timed alone.
 """
@@ -100,8 +101,21 @@ def rss_bytes() -> int:
         return 0
 
 
+def release_freed_memory() -> None:
+    """Hand memory the process freed back to the OS (glibc's malloc_trim), so that a later peak is
+    measured from a low base; without it, memory freed earlier (a model trained before) is
+    reused unseen and the peak reads too low. A no-op where there is no glibc."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def peak_extra_bytes(fn, calls: int = 2) -> int:
     """The resident set's peak above its level before, while `fn` runs `calls` times."""
+    release_freed_memory()
     base = rss_bytes()
     peak = [base]
     done = threading.Event()

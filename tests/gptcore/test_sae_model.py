@@ -142,6 +142,8 @@ def test_train_sae_sets_the_hook_and_harvests_the_same_rows_on_disk_as_in_memory
     with harvest_module.harvest(model, batch, HOOK, cache_dir=tmp_path) as cache:
         assert type(cache).__name__ == "ActivationCache" and cache.path.parent.parent == tmp_path
         on_disk = cache.rows(torch.arange(len(in_memory)))
+        some = torch.tensor([17, 3, 250, 3])
+        assert torch.equal(cache.rows(some), on_disk[some])  # in the order asked
         folder = cache.path.parent
     assert torch.allclose(on_disk, in_memory, atol=1e-2 * float(in_memory.abs().max()))  # float16
     assert not folder.exists()  # removed with the block

@@ -20,7 +20,7 @@ from gptcore.interp.sae.fit import Cancel, Progress, fit_sae
 from gptcore.interp.sae.sources import ActivationCache, check_finite
 
 MEMORY_BYTES = 1 << 30  # activations up to 1 GiB (float32) stay in RAM; beyond, an fp16 file on disk
-TOKENS_PER_FORWARD = 8192
+TOKENS_PER_FORWARD = 2048  # per harvest forward: GPT-2 small's working memory stays ~100 MB
 PER_PAIR = ("hook_pattern", "hook_attn_scores")  # (batch, head, query, key): not one row per token
 
 

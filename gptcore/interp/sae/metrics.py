@@ -24,6 +24,7 @@ from gptcore.interp.sae.files import check_sae_fits
 from gptcore.interp.sae.harvest import check_ids, eval_mode
 
 TOKENS_PER_FORWARD = 8192
+LOGIT_FLOATS = 1 << 25  # logits per forward (128 MB): GPT-2's 50,257-word head gets ~650 tokens
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,8 @@ def sae_metrics(model, sae, ids, *, cancel=None) -> SAEMetrics:
     check_sae_fits(model, sae)
     ids = check_ids(model, ids)
     sums = _Sums(sae.width)
-    per = max(1, TOKENS_PER_FORWARD // ids.shape[1])
+    T = ids.shape[1]
+    per = max(1, min(TOKENS_PER_FORWARD // T, LOGIT_FLOATS // (T * model.config.vocab_size)))
     with torch.no_grad(), eval_mode(model):
         for start in range(0, ids.shape[0], per):
             if cancel is not None and cancel():

@@ -65,9 +65,13 @@ class ActivationCache:
         self._map[start:start + len(block)] = block.numpy().astype(np.float16)
 
     def rows(self, indices: torch.Tensor) -> torch.Tensor:
-        """float32 (n, d) rows; read in file order (one pass over the pages a batch touches)."""
-        order = np.sort(indices.numpy())
-        return torch.from_numpy(self._map[order].astype(np.float32))  # (n, d)
+        """float32 (n, d) rows in the order asked, read in file order (one pass over the pages a
+        batch touches)."""
+        wanted = indices.numpy()
+        order = np.argsort(wanted, kind="stable")
+        out = np.empty((len(wanted), self.shape[1]), dtype=np.float32)
+        out[order] = self._map[wanted[order]]
+        return torch.from_numpy(out)  # (n, d)
 
     def flush(self) -> None:
         self._map.flush()
