@@ -47,6 +47,7 @@ from explorer.session.interp import Interpretability
 from explorer.session.residual import ResidualDomain
 from explorer.session.routes import RoutesDomain
 from explorer.session.training import TrainingDomain
+from explorer.session.features import FeaturesDomain
 
 # The session's domains, by the attribute they are called by: each takes the core, and may define
 # `forget()` (drop what it kept for the old state; bump_version calls it on every change).
@@ -57,6 +58,7 @@ DOMAINS: dict[str, type] = {
     "generation": GenerationDomain,
     "training": TrainingDomain,
     "routes": RoutesDomain,
+    "features": FeaturesDomain,
 }
 
 
@@ -180,10 +182,10 @@ class Session:
         with the version it returns): every result computed so far is stale, so the domains drop
         what they kept for the old state (the attention and routes prompt states, the head census)."""
         self.version += 1
-        self.forget()
+        self._forget()
         return self.version
 
-    def forget(self) -> None:
+    def _forget(self) -> None:
         """Every domain drops what it kept for the state that is gone (DOMAINS, in order)."""
         for name in DOMAINS:
             forget = getattr(getattr(self, name), "forget", None)

@@ -17,6 +17,7 @@ heads, and `ModelSwapped` says so).
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from importlib import resources
 
@@ -45,12 +46,14 @@ class Interpretability:
         self.core = core
         self._ablation: AblationState = NO_ABLATION
         self._ablation_handles: list = []
+        self._feature_edit = None  # the entered sae_edit context of the features held (issue 33)
         self._census: HeadCensusResult | None = None
 
     def forget_model(self) -> None:
         """The core swaps its model (called under its lock): the ablation named the old model's
         heads, the census measured it."""
         self._detach_ablation()
+        self._exit_feature_edit()
         self._census = None
 
     def forget(self) -> None:
@@ -87,13 +90,42 @@ class Interpretability:
                 reference = self._reference_ids(model)
             hooks = ablation_hooks(model, spec, reference)
             self._ablation_handles = [model.hook_dict[name].add_hook(fn) for name, fn in hooks]
-            self._ablation = AblationState(spec.heads, spec.mlps, mode)
+            self._ablation = AblationState(spec.heads, spec.mlps, mode, before.features, before.feature_source)
             event = AblationChanged(before=before, after=self._ablation, version=self.core.bump_version())
         self.core.events.send(event)
         return event.after
 
     def clear_ablation(self) -> AblationState:
+        """Reset: no head, no MLP, no feature edit."""
+        if self._ablation.features:
+            self.set_feature_edits(None, {})
         return self.set_ablation((), (), self._ablation.mode if self._ablation.mode in APP_MODES else "zero")
+
+    def set_feature_edits(self, dictionary, edits: dict, source: str = "") -> AblationState:
+        """Hold features of `dictionary` (an SAE or a layer's neurons) at the given values for every panel
+        (gptcore.sae_edit: the SAE's error term kept, so only these features change); {} clears. Announced
+        as an ablation change: the status bar's badge says it, Reset clears it."""
+        from gptcore import sae_edit
+
+        with self.core.lock:
+            model = self.core.require_model()
+            before = self._ablation
+            entered = None
+            if edits:
+                entered = sae_edit(model, dictionary, edits)
+                entered.__enter__()  # refuses a bad feature or value before anything changes
+            self._exit_feature_edit()
+            self._feature_edit = entered
+            self._ablation = dataclasses.replace(before, features=tuple(sorted(edits.items())) if edits else (),
+                                                 feature_source=source if edits else "")
+            event = AblationChanged(before=before, after=self._ablation, version=self.core.bump_version())
+        self.core.events.send(event)
+        return event.after
+
+    def _exit_feature_edit(self) -> None:
+        entered, self._feature_edit = self._feature_edit, None
+        if entered is not None:
+            entered.__exit__(None, None, None)
 
     def toggle_head(self, layer: int, head: int, mode: str | None = None) -> AblationState:
         heads = set(self._ablation.heads) ^ {(int(layer), int(head))}
@@ -104,6 +136,7 @@ class Interpretability:
         return self.set_ablation(self._ablation.heads, sorted(mlps), mode or self._ablation.mode)
 
     def _detach_ablation(self) -> None:
+        """Heads and MLPs only (the features held stay: set_ablation keeps them)."""
         for handle in self._ablation_handles:
             handle.remove()
         self._ablation_handles = []

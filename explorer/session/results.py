@@ -186,21 +186,35 @@ class AblationState:
     heads: tuple[tuple[int, int], ...] = ()
     mlps: tuple[int, ...] = ()
     mode: str = "zero"  # "zero" or "mean" (over the sample prompts' positions)
+    features: tuple[tuple[int, float], ...] = ()  # (feature, value) held by the Features panel (issue 33)
+    feature_source: str = ""  # which dictionary those features are of ("SAE on layer 1 …")
 
     @property
     def active(self) -> bool:
-        return bool(self.heads or self.mlps)
+        return bool(self.heads or self.mlps or self.features)
 
     def text(self) -> str:
-        """'3 heads ablated', '1 head + 2 MLPs ablated (mean)', '' when nothing is."""
+        """'3 heads ablated', '1 head + 2 MLPs ablated (mean)', '… · feature 12 → 5', '' when nothing is."""
         parts = []
         if self.heads:
             parts.append(f"{len(self.heads)} head{'s' if len(self.heads) != 1 else ''}")
         if self.mlps:
             parts.append(f"{len(self.mlps)} MLP{'s' if len(self.mlps) != 1 else ''}")
-        if not parts:
+        words = []
+        if parts:
+            words.append(" + ".join(parts) + " ablated" + ("" if self.mode == "zero" else f" ({self.mode})"))
+        if self.features:
+            words.append(self.features_text())
+        return " · ".join(words)
+
+    def features_text(self) -> str:
+        """'feature 12 ablated', 'feature 7 → 5', '3 features edited' ('' when none)."""
+        if not self.features:
             return ""
-        return " + ".join(parts) + " ablated" + ("" if self.mode == "zero" else f" ({self.mode})")
+        if len(self.features) == 1:
+            feature, value = self.features[0]
+            return f"feature {feature} ablated" if value == 0 else f"feature {feature} → {value:g}"
+        return f"{len(self.features)} features edited"
 
 
 NO_ABLATION = AblationState()

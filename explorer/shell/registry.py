@@ -57,6 +57,7 @@ PANELS: list[PanelSpec] = [
     PanelSpec("attribution", "Attribution", "Ctrl+5", "attribution:AttributionController"),
     PanelSpec("train", "Train", "Ctrl+6", "train:TrainController", needs_model=False),
     PanelSpec("routes", "Routes", "Ctrl+7", "routes:RoutesController"),
+    PanelSpec("features", "Features", "Ctrl+8", "features:FeaturesController"),
 ]
 
 

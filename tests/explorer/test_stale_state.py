@@ -89,11 +89,11 @@ def _show_train(qtbot, window, page) -> None:
     """A run followed and its latest step shown in the session (the Train panel's own texts)."""
     from tests.explorer.test_train_panel import _fake_run
 
-    c = page.controller
-    root = window.ctx.file_path("")  # any folder: the test's home
+    import tempfile
     from pathlib import Path
 
-    run = Path(root) / "stale-state-run"
+    c = page.controller
+    run = Path(tempfile.mkdtemp(prefix="stale-state-")) / "run"
     _fake_run(run)
     window.open_run(str(run))
     qtbot.waitUntil(lambda: c.shown is not None and c.shown[2] == 20, timeout=WAIT_MS)
@@ -102,7 +102,14 @@ def _show_train(qtbot, window, page) -> None:
     assert window.session.info.run is not None and window.session.info.run.step == 20
 
 
-SHOW = {"attention": _show_attention, "generation": _show_generation, "attribution": _show_attribution,
+def _show_features(qtbot, window, page) -> None:
+    c = page.controller
+    qtbot.waitUntil(lambda: c.table is not None and c.detail is not None, timeout=WAIT_MS)
+    _quiet(qtbot, window)
+    assert "held-out tokens" in page.view.status.text()
+
+
+SHOW = {"features": _show_features, "attention": _show_attention, "generation": _show_generation, "attribution": _show_attribution,
         "config": _show_config, "residual": _show_residual, "routes": _show_routes, "train": _show_train}
 
 
@@ -140,8 +147,10 @@ def _after_swap(window, page, name: str, old_model: str) -> None:
     elif name == "residual":
         assert not any(old_model in n for n in view.curve_names())  # the old model's own curve is gone
     elif name == "routes":
-        assert MODEL_CHANGED in view.status_label.text() and view.target_label.text() == ""
+        assert MODEL_CHANGED in view.detail.text() and view.target_label.text() == ""
         assert page.controller.graph is None  # the old prompt's graph is off screen
+    elif name == "features":
+        assert page.controller.table is None and page.view.table.model.rowCount() == 0  # the old model's features
     elif name == "train":
         assert "another model is loaded" in view.step_label.text()  # not "step 20 shown" any more
         assert window.banner.isHidden() or "Training run" not in window.banner.text()
@@ -162,6 +171,11 @@ def _settled(qtbot, window, page, name: str) -> None:
     elif name == "generation":
         qtbot.waitUntil(lambda: c.logits is not None and c.logits.version == window.session.version, timeout=WAIT_MS)
         assert view.chart.bar_labels() and view.chart.plot.getAxis("bottom").isVisible()
+    elif name == "features":
+        qtbot.waitUntil(lambda: c.table is not None and c.table.version == window.session.version
+                        and c.detail is not None and c.detail.version == window.session.version, timeout=WAIT_MS)
+        assert len(c.table.ids) == window.session.config.d_mlp or c.table.source.kind == "sae"
+        assert "measuring" not in view.status.text()
     elif name == "routes":
         qtbot.waitUntil(lambda: c.result is not None and c.result.version == window.session.version, timeout=WAIT_MS)
         assert "computing" not in view.status_label.text() and "→ predicts" in view.target_label.text()
@@ -182,7 +196,7 @@ def _after_ablation(window, page, name: str) -> None:
     elif name == "config":
         assert window.session.info.name in view.loaded_label.text()  # an ablation is not a new model
     elif name == "routes":
-        assert "ablation changed" in view.status_label.text()  # the graph is marked until the new one lands
+        assert "ablation changed" in view.rank_label.text()  # the old ranking is marked: rank again
 
 
 def _after_ablation_settled(qtbot, window, page, name: str) -> None:

@@ -1,0 +1,264 @@
+"""Features controller (issue 33): the Features panel <-> `session.features`, through the task runner.
+
+- A dictionary (a layer's MLP neurons, or the SAE saved for a layer and site) is measured on the
+  corpus's held-out tokens in a task: the feature table, then the selected feature's contexts,
+  histogram and logit effects, then the prompt's features. The prompt follows typing live
+  (controllers/live.py: debounce, one run in flight).
+- Training an SAE runs in the background with progress, an ETA and Cancel; it goes on behind another
+  tab (a background key) and is saved beside the model or run, so choosing SAE again reopens it.
+- Clamping or ablating a feature is session state like head ablation (`ctx.change_ablation`): every
+  panel shows the edited model, the status bar says so and its Reset clears it.
+- It follows the session's events like every panel: a model swap clears (other layers, other
+  tokens), an ablation or a training step marks the table out of date and measures it again.
+"""
+from __future__ import annotations
+
+import html
+import time
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QFileDialog
+
+from explorer.controllers.base import PanelController
+from explorer.controllers.live import LiveRequest
+from explorer.session.events import ModelSwapped
+from explorer.views.features.panel import FeaturesPanel
+from explorer.views.features.protocol import FeaturesView
+
+KEYS = dict(table="features", detail="features-detail", prompt="features-prompt", train="features-train")
+DEBOUNCE_MS = 120
+DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
+METRIC_WORDS = {
+    "l0": ("L0", "features active per token (the SAE keeps k)"),
+    "explained_variance": ("explained variance", "share of the activations' variance the reconstruction keeps"),
+    "ce_loss_recovered": ("CE loss recovered", "1 = splicing the reconstruction in costs no next-token loss, "
+                                               "0 = as bad as zeroing the site"),
+    "dead_fraction": ("dead", "features that never fired on the held-out text"),
+}
+
+
+class FeaturesController(PanelController[FeaturesView]):
+    drawn = Signal(object)  # the FeatureTable just drawn (tests)
+    detailed = Signal(object)  # the FeatureDetail just drawn
+    view_class = FeaturesPanel
+    task_keys = tuple(KEYS.values())
+    background_keys = (KEYS["train"],)  # a training the user started goes on behind another tab
+
+    def __init__(self, ctx, view: FeaturesView, parent: QObject | None = None, debounce_ms: int = DEBOUNCE_MS):
+        super().__init__(ctx, view, parent)
+        self.table = None  # the FeatureTable on screen
+        self.detail = None
+        self.prompt_result = None
+        self.selected: int | None = None  # the feature asked for last (its detail may be on its way)
+        self.wanted = ("neurons", 0, "resid")  # (kind, layer, site) asked for last
+        self.corpus, self.corpus_path = "builtin", ""
+        self._train_started = 0.0
+        self.live = LiveRequest(self._start_prompt, debounce_ms, parent=self)
+        for signal, slot in ((view.dictionaryRequested, self.use), (view.trainRequested, self.train),
+                             (view.cancelRequested, lambda: self.ctx.runner.cancel(KEYS["train"])),
+                             (view.browseRequested, self._browse), (view.featureSelected, self.select),
+                             (view.tokenClicked, self.show_token), (view.editRequested, self.edit),
+                             (view.resetEditsRequested, self.reset_edits), (view.exportRequested, self._export_dialog)):
+            signal.connect(slot)
+        view.promptChanged.connect(lambda _text: self.live.poke())
+        view.set_prompt_text(DEFAULT_PROMPT)
+        self._show_model()
+        self.refresh()
+
+    # -- the contract ---------------------------------------------------------------------------------
+    @property
+    def is_ready(self) -> bool:
+        return self._ready_sent
+
+    def set_prompt(self, text: str) -> None:
+        if text != self.view.prompt_text():
+            self.view.set_prompt_text(text)
+            self.live.now()
+
+    def invalidate(self, event) -> None:
+        if isinstance(event, ModelSwapped):
+            self.table = self.detail = self.prompt_result = self.selected = None
+            self.view.clear_results(event.reason)
+            self._show_model()
+        else:
+            self.view.set_status(event.reason)
+        self.view.set_edits(self.ctx.session.interp.ablation.features_text())
+
+    def refresh(self) -> None:
+        kind, layer, site = self.wanted
+        self.use(kind, layer, site)
+
+    def _show_model(self) -> None:
+        session = self.ctx.session
+        if session is None or not session.has_model:
+            return
+        n_layer = session.config.n_layer
+        self.view.set_layers(n_layer)
+        kind, layer, site = self.wanted
+        self.wanted = (kind, min(layer, n_layer - 1) if layer else n_layer // 2, site)
+        self.view.set_source(*self.wanted)
+        self.view.set_corpus_choices(session.info.run is not None, self.corpus_path)
+        if self.corpus == "run" and session.info.run is None:
+            self.corpus = "builtin"
+
+    # -- the table --------------------------------------------------------------------------------------
+    def use(self, kind: str, layer: int, site: str) -> None:
+        self.wanted = (kind, int(layer), site)
+        session, corpus, path = self.ctx.session, self.corpus, self.corpus_path
+        if not session.has_model:
+            return
+        self.view.set_status(f"measuring {kind} of layer {layer} on the held-out text…")
+        self.submit(KEYS["table"], lambda token, _p: session.features.use(kind, int(layer), site, corpus=corpus,
+                                                                         path=path, cancel=token),
+                    on_result=self._show_table, on_error=self._table_failed)
+
+    def _show_table(self, table) -> None:
+        self.table = table
+        self.view.set_source(table.source.kind, table.source.layer, table.source.site)
+        self.view.set_table(table.ids, table.density, table.max_act, table.logit_effect, list(table.labels))
+        self.view.set_metrics(metrics_html(table))
+        self.view.set_status(f"{table.source.describe()} · {table.tokens:,} held-out tokens of {table.corpus}")
+        self.view.set_edits(self.ctx.session.interp.ablation.features_text())
+        self.drawn.emit(table)
+        selected = self.selected
+        self.select(selected if selected is not None and selected < len(table.ids) else _busiest(table))
+        self.mark_ready()
+
+    def _table_failed(self, exc: BaseException) -> None:
+        self.view.set_error(self.report_error(exc, "Features not measured").inline)
+        self.mark_ready()  # the reason there is no table is on screen
+
+    # -- one feature and the prompt --------------------------------------------------------------------
+    def select(self, feature: int) -> None:
+        if self.table is None:
+            return
+        session, self.selected = self.ctx.session, int(feature)
+        self.submit(KEYS["detail"], lambda token, _p: session.features.detail(int(feature)),
+                    on_result=self._show_detail, on_error=self._detail_failed)
+        self.live.now()  # the prompt's chips follow the selected feature
+
+    def _show_detail(self, detail) -> None:
+        self.detail = detail
+        self.view.set_feature(detail.feature, detail.title, list(detail.contexts), detail.hist_edges,
+                              detail.hist_counts, list(detail.promoted), list(detail.suppressed))
+        self.detailed.emit(detail)
+
+    def _detail_failed(self, exc: BaseException) -> None:
+        self.view.clear_feature(self.report_error(exc, "Feature not shown").inline)
+
+    def _start_prompt(self, done) -> bool:
+        if self.table is None:
+            return False
+        session, text, feature = self.ctx.session, self.view.prompt_text(), self.selected
+        return self.submit(KEYS["prompt"], lambda token, _p: session.features.prompt(text, feature),
+                           on_result=self._show_prompt, on_error=self._prompt_failed, on_finished=done) > 0
+
+    def _show_prompt(self, result) -> None:
+        self.prompt_result = result
+        self.view.set_prompt_activations(list(result.tokens), result.selected_acts)
+
+    def _prompt_failed(self, exc: BaseException) -> None:
+        self.view.set_prompt_activations([], None)
+        self.view.set_error(self.report_error(exc, "Prompt features").inline)
+
+    def show_token(self, position: int) -> None:
+        r, table = self.prompt_result, self.table
+        if r is None or table is None or not 0 <= position < len(r.tokens):
+            return
+        features = [(int(f), float(a), table.labels[int(f)]) for f, a in zip(r.top_ids[position], r.top_acts[position])
+                    if a > 0]
+        self.view.set_token_features(position, r.tokens[position], features)
+
+    # -- training ---------------------------------------------------------------------------------------
+    def train(self, settings: dict) -> None:
+        session = self.ctx.session
+        layer, site = int(settings["layer"]), settings["site"]
+        width, k, tokens = int(settings["width"]), int(settings["k"]), int(settings["tokens"])
+        self.corpus, self.corpus_path = settings.get("corpus", "builtin"), settings.get("path", "") or self.corpus_path
+        corpus, path = self.corpus, self.corpus_path
+        self.wanted = ("sae", layer, site)
+        self._train_started = time.monotonic()
+        self.view.set_training(True)
+        self.view.set_progress(0, tokens, "reading activations…")
+        self.submit(KEYS["train"], lambda token, progress: session.features.train(
+            layer, site, width=width, k=k, tokens=tokens, corpus=corpus, path=path, progress=progress, cancel=token),
+            on_result=self._trained, on_error=self._table_failed, on_progress=self._train_progress,
+            on_finished=lambda: self.view.set_training(False))
+
+    def _train_progress(self, done: int, total: int, message: str) -> None:
+        elapsed = time.monotonic() - self._train_started
+        eta = f" · about {elapsed * (total - done) / done:.0f} s left" if 0 < done < total and elapsed > 1 else ""
+        self.view.set_progress(done, total, f"{message}{eta}")
+
+    def _trained(self, table) -> None:
+        self._show_table(table)
+        self.ctx.show_message(f"SAE saved in {table.source.folder}", 8000)
+
+    def _browse(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self.view, "A UTF-8 text file for the features", self.ctx.file_path(""),
+                                              "Text (*.txt *.md *.py);;All files (*)")
+        if path:
+            self.ctx.remember_folder_of(path)
+            self.corpus, self.corpus_path = "file", path
+            self.view.set_corpus_choices(self.ctx.session.info.run is not None, path)
+
+    # -- editing (session state) -------------------------------------------------------------------------
+    def edit(self, feature: int, value: float) -> None:
+        held = dict(self.ctx.session.interp.ablation.features)
+        held[int(feature)] = float(value)
+        self.ctx.change_ablation(lambda session: session.features.edit(held), on_error=self._edit_failed)
+
+    def reset_edits(self) -> None:
+        self.ctx.change_ablation(lambda session: session.interp.set_feature_edits(None, {}), on_error=self._edit_failed)
+
+    def _edit_failed(self, exc: BaseException) -> None:
+        self.view.set_error(self.report_error(exc, "Feature edit failed").inline)
+
+    # -- export -----------------------------------------------------------------------------------------
+    def export_meta(self) -> dict:
+        info, state = self.ctx.session.info, self.ctx.session.interp.ablation
+        meta = {"model": f"{info.name} ({info.status_word})", "ablation": state.text() or "none"}
+        if self.table is not None:
+            meta.update({"features": self.table.source.describe(), "hook": self.table.source.hook,
+                         "corpus": f"{self.table.tokens:,} held-out tokens of {self.table.corpus}"})
+        return meta
+
+    def export(self, kind: str, path: str) -> bool:
+        return self.export_to(path, self._writer(kind), self.view.set_error)
+
+    def _writer(self, kind: str):
+        def write(path: str):
+            if self.table is None:
+                raise ValueError("nothing to export yet: wait for the feature table")
+            if kind == "table-csv":
+                return self.view.export_table_csv(path, self.export_meta())
+            return self.view.export_contexts_csv(path, self.export_meta())
+
+        return write
+
+    def _export_dialog(self, kind: str) -> None:
+        name = "features.csv" if kind == "table-csv" else "feature-contexts.csv"
+        self.export_with_dialog(name, self._writer(kind), self.view.set_error)
+
+
+def metrics_html(table) -> str:
+    """The SAE's metrics, each with what it means; for neurons, what they are and their dead share."""
+    if not table.metrics:
+        return (f"<b>{html.escape(table.source.describe())}</b>: each neuron is a feature; "
+                f"{table.dead_fraction:.0%} never fired on the held-out text.")
+    parts = []
+    for key, (name, meaning) in METRIC_WORDS.items():
+        value = table.metrics.get(key)
+        if value is not None:
+            shown = f"{value:.1%}" if key == "dead_fraction" else f"{value:.3g}"
+            parts.append(f"<span title='{html.escape(meaning)}'><b>{name}</b> {shown}</span>")
+    return " · ".join(parts) + ("<br><i>An SAE is a reconstruction with an error term: features explain part of "
+                                "the activations, not all of them.</i>")
+
+
+def _busiest(table) -> int:
+    """The feature to open on: the most active one that is not dense (fires on under half the tokens)."""
+    import numpy as np
+
+    score = np.where(table.density < 0.5, table.max_act, -1.0)
+    return int(np.argmax(score)) if score.size else 0

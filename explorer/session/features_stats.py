@@ -1,0 +1,123 @@
+"""The torch half of the Features domain: a dictionary's activations over a corpus sample, each feature's
+statistics and strongest contexts, and what its direction writes through the unembedding (issue 33).
+
+Why here and not in gptcore: these are the browser's summaries (how many contexts, how wide a window,
+which label), choices of the app; the science (SAE, its metrics, editing) is gptcore's. No Qt.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from gptcore.errors import Cancelled
+
+CONTEXTS = 8  # strongest contexts kept per feature
+WINDOW = 12  # tokens of context before the active token (and 3 after)
+BATCH = 1024  # rows encoded at a time
+HIST_BINS = 40
+
+
+def hook_rows(model, ids: torch.Tensor, hook: str, cancel=None, chunk: int = 32) -> torch.Tensor:
+    """The hook's activations on `ids` (S, T), as rows (S*T, d), a few sequences per forward; the head
+    is skipped (`logits=None`: with GPT-2's 50,257-token vocabulary it would cost more than the rest)."""
+    rows = []
+
+    def keep(x, _hp):
+        rows.append(x.detach().reshape(-1, x.shape[-1]).float().cpu())
+        return x
+
+    with torch.no_grad(), model.hooks([(hook, keep)]):
+        for start in range(0, ids.shape[0], chunk):
+            if cancel is not None and cancel():
+                raise Cancelled("cancelled")
+            model(ids[start:start + chunk].to(model.device), logits=None)
+    return torch.cat(rows) if rows else torch.zeros(0, 1)
+
+
+def dense_acts(dictionary, x: torch.Tensor) -> torch.Tensor:
+    """(N, width) activations of every feature (zeros where an SAE's top-k left it out)."""
+    with torch.no_grad():
+        return dictionary.encode(x.to(_device_of(dictionary, x.device))).float().cpu()
+
+
+def statistics(dictionary, x: torch.Tensor, cancel=None) -> dict:
+    """Per feature: density, max activation, and the rows of its CONTEXTS strongest activations."""
+    width, n = dictionary.width, x.shape[0]
+    active = torch.zeros(width)
+    best_vals = torch.full((CONTEXTS, width), -float("inf"))  # (C, width)
+    best_rows = torch.zeros((CONTEXTS, width), dtype=torch.long)
+    for start in range(0, n, BATCH):
+        if cancel is not None and cancel():
+            raise Cancelled("cancelled")
+        acts = dense_acts(dictionary, x[start:start + BATCH])  # (B, width)
+        active += (acts > 0).sum(0)
+        vals = torch.cat([best_vals, acts])  # (C+B, width)
+        rows = torch.cat([best_rows, torch.arange(start, start + acts.shape[0]).unsqueeze(1).expand_as(acts)])
+        top = vals.topk(CONTEXTS, dim=0)
+        best_vals, best_rows = top.values, rows.gather(0, top.indices)
+    max_act = best_vals[0].clamp(min=0) if n else torch.zeros(width)
+    return {"density": (active / max(n, 1)).numpy(), "max_act": max_act.numpy(),
+            "best_vals": best_vals.numpy(), "best_rows": best_rows.numpy()}
+
+
+def write_directions(model, dictionary, kind: str, layer: int, features=None) -> torch.Tensor:
+    """(m, n_embd): what each feature adds to the residual stream. An SAE on the residual stream or the
+    MLP output writes its decoder row; a neuron writes the MLP's output projection of its unit vector."""
+    from gptcore.model.linear import apply_linear
+
+    width = dictionary.width
+    idx = torch.arange(width) if features is None else torch.as_tensor(features)
+    with torch.no_grad():
+        if kind == "sae":
+            return dictionary.W_dec[idx].detach().float().cpu()  # (m, d)
+        proj = model.blocks[layer].mlp.c_proj
+        unit = torch.zeros(len(idx), width, device=model.device)
+        unit[torch.arange(len(idx)), idx.to(model.device)] = 1.0
+        out = apply_linear(proj, unit)  # (m, d)
+        if getattr(proj, "bias", None) is not None:
+            out = out - proj.bias
+        return out.float().cpu()
+
+
+def logit_rows(model, directions: torch.Tensor) -> torch.Tensor:
+    """(m, vocab) logits a direction adds at the final layer norm's scale (the logit lens of a direction)."""
+    from gptcore.model.linear import apply_linear
+
+    gain = getattr(model.ln_final, "weight", None)
+    with torch.no_grad():
+        d = directions.to(model.device)
+        if gain is not None:
+            d = d * gain
+        return apply_linear(model.unembed, d).float().cpu()
+
+
+def logit_effects(model, directions: torch.Tensor, vocab: int, cancel=None, chunk: int = 256) -> np.ndarray:
+    """(m,) the largest logit each direction adds (over the real vocabulary, not its padding)."""
+    out = []
+    for start in range(0, directions.shape[0], chunk):
+        if cancel is not None and cancel():
+            raise Cancelled("cancelled")
+        out.append(logit_rows(model, directions[start:start + chunk])[:, :vocab].max(dim=1).values)
+    return torch.cat(out).numpy() if out else np.zeros(0)
+
+
+def histogram(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Edges (B+1,) and counts (B,) of the active (> 0) values; an empty histogram when none are."""
+    active = values[values > 0]
+    if not active.size:
+        return np.array([0.0, 1.0]), np.zeros(1, dtype=np.int64)
+    counts, edges = np.histogram(active, bins=HIST_BINS)
+    return edges, counts
+
+
+def context_of(flat_ids: np.ndarray, seq_len: int, row: int, acts: np.ndarray, decode) -> tuple[list[str], np.ndarray]:
+    """The tokens before (and a few after) row `row` within its own sequence, with their activations."""
+    seq_start = (row // seq_len) * seq_len
+    lo, hi = max(seq_start, row - WINDOW), min(seq_start + seq_len, row + 4)
+    return decode(flat_ids[lo:hi]), acts[lo:hi]
+
+
+def _device_of(module, default) -> torch.device:
+    for p in module.parameters():
+        return p.device
+    return default
