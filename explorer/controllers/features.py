@@ -14,18 +14,16 @@
 from __future__ import annotations
 
 import html
-import time
 
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import QFileDialog
 
 from explorer.controllers.base import PanelController
+from explorer.controllers.features_training import KEYS, FeatureTraining
 from explorer.controllers.live import LiveRequest
 from explorer.session.events import ModelSwapped
 from explorer.views.features.panel import FeaturesPanel
 from explorer.views.features.protocol import FeaturesView
 
-KEYS = dict(table="features", detail="features-detail", prompt="features-prompt", train="features-train")
 DEBOUNCE_MS = 120
 DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
 METRIC_WORDS = {
@@ -37,12 +35,12 @@ METRIC_WORDS = {
 }
 
 
-class FeaturesController(PanelController[FeaturesView]):
+class FeaturesController(FeatureTraining, PanelController[FeaturesView]):
     drawn = Signal(object)  # the FeatureTable just drawn (tests)
     detailed = Signal(object)  # the FeatureDetail just drawn
     view_class = FeaturesPanel
     task_keys = tuple(KEYS.values())
-    background_keys = (KEYS["train"],)  # a training the user started goes on behind another tab
+    background_keys = (KEYS["train"], KEYS["over"])  # trainings the user started go on behind another tab
 
     def __init__(self, ctx, view: FeaturesView, parent: QObject | None = None, debounce_ms: int = DEBOUNCE_MS):
         super().__init__(ctx, view, parent)
@@ -50,9 +48,11 @@ class FeaturesController(PanelController[FeaturesView]):
         self.detail = None
         self.prompt_result = None
         self.selected: int | None = None  # the feature asked for last (its detail may be on its way)
+        self._offered = False  # a readable prompt was put in place of one the model cannot encode
         self.wanted = ("neurons", 0, "resid")  # (kind, layer, site) asked for last
         self.corpus, self.corpus_path = "builtin", ""
         self._train_started = 0.0
+        self._train_tokens = 0
         self.live = LiveRequest(self._start_prompt, debounce_ms, parent=self)
         for signal, slot in ((view.dictionaryRequested, self.use), (view.trainRequested, self.train),
                              (view.cancelRequested, lambda: self.ctx.runner.cancel(KEYS["train"])),
@@ -78,6 +78,7 @@ class FeaturesController(PanelController[FeaturesView]):
     def invalidate(self, event) -> None:
         if isinstance(event, ModelSwapped):
             self.table = self.detail = self.prompt_result = self.selected = None
+            self._offered = False
             self.view.clear_results(event.reason)
             self._show_model()
         else:
@@ -100,6 +101,8 @@ class FeaturesController(PanelController[FeaturesView]):
         self.view.set_corpus_choices(session.info.run is not None, self.corpus_path)
         if self.corpus == "run" and session.info.run is None:
             self.corpus = "builtin"
+        elif self.corpus == "builtin" and session.info.run is not None:
+            self.corpus = "run"  # a run's model reads its own data (a char model cannot read the built-in text)
 
     # -- the table --------------------------------------------------------------------------------------
     def use(self, kind: str, layer: int, site: str) -> None:
@@ -139,9 +142,30 @@ class FeaturesController(PanelController[FeaturesView]):
 
     def _show_detail(self, detail) -> None:
         self.detail = detail
-        self.view.set_feature(detail.feature, detail.title, list(detail.contexts), detail.hist_edges,
+        title, over = detail.title, self._over()
+        if over is not None and detail.feature < over.formed.size and over.formed[detail.feature] >= 0:
+            title += f" · formed at step {int(over.formed[detail.feature]):,}"
+        self.view.set_feature(detail.feature, title, list(detail.contexts), detail.hist_edges,
                               detail.hist_counts, list(detail.promoted), list(detail.suppressed))
+        self._show_over_training(detail.feature)
         self.detailed.emit(detail)
+
+    def _over(self):
+        table = self.table
+        if table is None or table.source.kind != "sae":
+            return None
+        return self.ctx.session.features.over_training_of(table.source.layer, table.source.site)
+
+    def _show_over_training(self, feature: int) -> None:
+        import numpy as np
+
+        over, run = self._over(), self.ctx.session.info.run
+        if over is None or feature >= over.density.shape[1]:
+            self.view.set_over_training(np.zeros(0), {}, None)
+            return
+        self.view.set_over_training(over.steps, {"density": over.density[:, feature],
+                                                 "max activation": over.max_act[:, feature]},
+                                    run.step if run is not None else None)
 
     def _detail_failed(self, exc: BaseException) -> None:
         self.view.clear_feature(self.report_error(exc, "Feature not shown").inline)
@@ -160,6 +184,11 @@ class FeaturesController(PanelController[FeaturesView]):
     def _prompt_failed(self, exc: BaseException) -> None:
         self.view.set_prompt_activations([], None)
         self.view.set_error(self.report_error(exc, "Prompt features").inline)
+        if isinstance(exc, ValueError) and self.table is not None and not self._offered:
+            self._offered = True  # a run's character model and the default prompt: its own text instead, once
+            session = self.ctx.session
+            self.submit(KEYS["readable"], lambda token, _p: session.features.readable_prompt(),
+                        on_result=self.set_prompt)
 
     def show_token(self, position: int) -> None:
         r, table = self.prompt_result, self.table
@@ -168,39 +197,6 @@ class FeaturesController(PanelController[FeaturesView]):
         features = [(int(f), float(a), table.labels[int(f)]) for f, a in zip(r.top_ids[position], r.top_acts[position])
                     if a > 0]
         self.view.set_token_features(position, r.tokens[position], features)
-
-    # -- training ---------------------------------------------------------------------------------------
-    def train(self, settings: dict) -> None:
-        session = self.ctx.session
-        layer, site = int(settings["layer"]), settings["site"]
-        width, k, tokens = int(settings["width"]), int(settings["k"]), int(settings["tokens"])
-        self.corpus, self.corpus_path = settings.get("corpus", "builtin"), settings.get("path", "") or self.corpus_path
-        corpus, path = self.corpus, self.corpus_path
-        self.wanted = ("sae", layer, site)
-        self._train_started = time.monotonic()
-        self.view.set_training(True)
-        self.view.set_progress(0, tokens, "reading activations…")
-        self.submit(KEYS["train"], lambda token, progress: session.features.train(
-            layer, site, width=width, k=k, tokens=tokens, corpus=corpus, path=path, progress=progress, cancel=token),
-            on_result=self._trained, on_error=self._table_failed, on_progress=self._train_progress,
-            on_finished=lambda: self.view.set_training(False))
-
-    def _train_progress(self, done: int, total: int, message: str) -> None:
-        elapsed = time.monotonic() - self._train_started
-        eta = f" · about {elapsed * (total - done) / done:.0f} s left" if 0 < done < total and elapsed > 1 else ""
-        self.view.set_progress(done, total, f"{message}{eta}")
-
-    def _trained(self, table) -> None:
-        self._show_table(table)
-        self.ctx.show_message(f"SAE saved in {table.source.folder}", 8000)
-
-    def _browse(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self.view, "A UTF-8 text file for the features", self.ctx.file_path(""),
-                                              "Text (*.txt *.md *.py);;All files (*)")
-        if path:
-            self.ctx.remember_folder_of(path)
-            self.corpus, self.corpus_path = "file", path
-            self.view.set_corpus_choices(self.ctx.session.info.run is not None, path)
 
     # -- editing (session state) -------------------------------------------------------------------------
     def edit(self, feature: int, value: float) -> None:

@@ -17,20 +17,14 @@ import threading
 import numpy as np
 import torch
 
-from gptcore.errors import UserError
-
 from explorer.session import features_stats as stats
 from explorer.session.features_results import FeatureDetail, FeatureSource, FeatureTable, PromptFeatures
-from explorer.session.features_store import corpus_ids, find_saved, sae_folder
+from explorer.session.features_store import FeaturesError, corpus_ids, find_saved, hook_for, sae_folder
 
 EVAL_BYTES = 64 << 20  # held-out activations kept for the browser (float32)
 HARVEST_BYTES = 256 << 20  # activations an SAE is fitted on (float32, in memory)
 METRIC_LOGITS = 1 << 25  # tokens × vocabulary the SAE metrics' three forwards may cost (GPT-2: ~650 tokens)
 TOP_PER_TOKEN = 6
-
-
-class FeaturesError(UserError):
-    """A features request that cannot be met as asked; the message says what to do."""
 
 
 class FeaturesDomain:
@@ -42,6 +36,7 @@ class FeaturesDomain:
         self._eval = None  # dict(rows (N, d), ids (N,), seq_len, corpus, acts of the last detail)
         self._table: FeatureTable | None = None
         self._corpus: tuple | None = None  # (key, (train, held, name)): encoding a corpus takes seconds
+        self._over = None  # FeaturesOverTraining of the run shown, once walked
 
     def forget(self) -> None:
         """Other weights or another ablation: the held-out activations and statistics are stale (the
@@ -54,14 +49,7 @@ class FeaturesDomain:
         return self._source
 
     # -- choosing a dictionary ----------------------------------------------------------------------
-    @staticmethod
-    def hook_for(kind: str, layer: int, site: str) -> str:
-        if kind == "neurons":
-            return f"blocks.{layer}.mlp.hook_post"
-        if site not in ("resid", "mlp"):
-            raise FeaturesError(f"site must be 'resid' (the residual stream after the block) or 'mlp' (the MLP "
-                                f"output), got {site!r}")
-        return f"blocks.{layer}.hook_resid_post" if site == "resid" else f"blocks.{layer}.hook_mlp_out"
+    hook_for = staticmethod(hook_for)
 
     def use(self, kind: str, layer: int, site: str, *, corpus: str = "builtin", path: str = "",
             cancel=None) -> FeatureTable:
@@ -108,6 +96,23 @@ class FeaturesDomain:
         source = FeatureSource("sae", int(layer), site, hook, sae.width, sae.k, str(folder))
         return self._install(sae, source, corpus, path, cancel, with_metrics=True)
 
+    def over_training(self, layer: int, site: str, *, width: int, k: int, tokens: int, progress=None, cancel=None):
+        """One SAE per kept step of the model's run, aligned by warm starts (features_training.py);
+        `tokens` for the last step's fit, a fifth of it for each step walked back from it."""
+        from explorer.session.features_training import over_training
+
+        over = over_training(self.core, int(layer), site, width=int(width), k=int(k), tokens=max(4096, tokens // 5),
+                             first_tokens=int(tokens), progress=progress, cancel=cancel)
+        with self._lock:
+            self._over = over
+        return over
+
+    def over_training_of(self, layer: int, site: str):
+        """The kept over-training walk for this layer and site of the run shown, or None."""
+        with self._lock:
+            over = self._over
+        return over if over is not None and (over.layer, over.site) == (int(layer), site) else None
+
     # -- what the browser shows ---------------------------------------------------------------------
     def table(self) -> FeatureTable | None:
         return self._table
@@ -123,7 +128,8 @@ class FeaturesDomain:
         logits = stats.logit_rows(model, stats.write_directions(model, dictionary, table.source.kind,
                                                                  table.source.layer, [feature]))[0]
         vocab = min(model.config.vocab_size, len(logits))
-        up, down = logits[:vocab].topk(8), (-logits[:vocab]).topk(8)
+        shown = min(8, vocab)  # a character model may have fewer tokens than that
+        up, down = logits[:vocab].topk(shown), (-logits[:vocab]).topk(shown)
         promoted = tuple((decode([int(i)])[0], float(v)) for v, i in zip(up.values, up.indices))
         suppressed = tuple((decode([int(i)])[0], float(-v)) for v, i in zip(down.values, down.indices))
         what = "neuron" if table.source.kind == "neurons" else "feature"
@@ -148,6 +154,12 @@ class FeaturesDomain:
         return PromptFeatures(text, tuple(self.core.token_strings(ids)), selected,
                               None if selected is None else acts[:, selected].numpy(), top.indices.numpy(),
                               top.values.numpy(), version)
+
+    def readable_prompt(self) -> str:
+        """A prompt this model can read: the start of the corpus's held-out text (for a run's character
+        model, whose alphabet may lack the default prompt's characters)."""
+        ev = self._current()[1]
+        return self.core.tokenizer.decode([int(i) for i in ev["ids"][: min(64, ev["seq_len"])]])
 
     def edit(self, edits: dict[int, float]):
         """Clamp (or with 0, ablate) features for every panel; {} clears. Announced as an ablation change."""

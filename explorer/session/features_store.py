@@ -16,6 +16,20 @@ SEQ_LEN = 128  # tokens per sequence the corpus is cut into (or the model's bloc
 HELD_OUT = 0.1  # the last tenth of the corpus: statistics and metrics, never trained on
 
 
+class FeaturesError(UserError):
+    """A features request that cannot be met as asked; the message says what to do."""
+
+
+def hook_for(kind: str, layer: int, site: str) -> str:
+    """The hook point a dictionary reads: a layer's MLP neurons, or an SAE's site."""
+    if kind == "neurons":
+        return f"blocks.{layer}.mlp.hook_post"
+    if site not in ("resid", "mlp"):
+        raise FeaturesError(f"site must be 'resid' (the residual stream after the block) or 'mlp' (the MLP "
+                            f"output), got {site!r}")
+    return f"blocks.{layer}.hook_resid_post" if site == "resid" else f"blocks.{layer}.hook_mlp_out"
+
+
 class CorpusError(UserError):
     """The corpus cannot be read or encoded by this model; the message says which to choose instead."""
 

@@ -96,3 +96,28 @@ def test_asking_for_an_sae_that_was_never_trained_says_how_to_get_one(qtbot, win
     view.dictionaryRequested.emit("sae", 0, "mlp")
     qtbot.waitUntil(lambda: "Train SAE" in view.status.text(), timeout=WAIT)
     assert window.errors_shown == []  # an input problem, said in the panel: no dialog
+
+
+def test_an_sae_trained_on_a_runs_step_walks_the_kept_steps_and_charts_the_feature_over_training(
+        qtbot, window, tmp_path, monkeypatch):
+    from tests.explorer.test_session_features import _char_run
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    root = tmp_path / "run"
+    _char_run(root)
+    window.open_run(str(root))  # its latest step becomes every panel's model (issue 32)
+    qtbot.waitUntil(lambda: window.session.info.run is not None and window.session.info.run.step == 20, timeout=WAIT)
+    window.actions["panel_features"].trigger()
+    page = window.panel("features")
+    c, view = page.controller, page.view
+    qtbot.waitUntil(lambda: c.table is not None, timeout=WAIT)
+    with qtbot.waitSignal(c.detailed, timeout=WAIT, check_params_cb=lambda d: "formed at step" in view.detail.title.text()):
+        view.trainRequested.emit(dict(layer=0, site="resid", width=32, k=4, tokens=8192, corpus="run", path=""))
+    chart = view.detail.training_chart
+    assert view.detail.tabs.isTabEnabled(1) and chart.series_names == ["density", "max activation"]
+    steps, _values = chart.curve_data("density")
+    assert list(steps) == [0, 10, 20] and chart.marker_step("density") == 20  # the step on screen
+    # the default prompt has characters this model lacks: the run's own text is put in its place, and read
+    qtbot.waitUntil(lambda: c.prompt_result is not None, timeout=WAIT)
+    assert set(view.prompt_text()) <= set("\n abc") and view.prompt_text() == c.prompt_result.text
+    qtbot.waitUntil(lambda: not window.runner.busy, timeout=WAIT)

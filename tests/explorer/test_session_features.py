@@ -113,3 +113,54 @@ def test_bad_requests_are_named_with_their_fix(session, tmp_path, monkeypatch):
         session.features.use("neurons", 0, "mlp", corpus="run")
     with pytest.raises(FeaturesError, match="choose Neurons or an SAE first"):
         session.features.detail(0)
+
+
+def _char_run(root, steps=(0, 10, 20)):
+    """A run folder (gptcore's writers, no training) of a 5-character model whose corpus is a text file
+    in those characters, so 'the run's own data' can be read back."""
+    import json
+
+    from gptcore.model.config import GPTConfig
+    from gptcore.model.gpt import GPT
+    from gptcore.training.run import RunFolder
+    from gptcore.training.trace import TraceWriter
+
+    text = root.parent / "corpus.txt"
+    text.write_text(("abc cab\nba ac cba\n" * 400), encoding="utf-8")
+    folder = RunFolder(root)
+    config = GPTConfig(vocab_size=5, block_size=32, n_layer=1, n_head=2, n_embd=16)
+    folder.start({"schemes": ["gpt2"], "model_config": config.to_dict(), "train_config": {"max_iters": steps[-1]},
+                  "corpus": {"name": "corpus.txt", "source": str(text)},
+                  "tokenizer": {"kind": "char", "vocab": "char_vocab.json"}}, resume=False)
+    (root / "char_vocab.json").write_text(json.dumps({"format": "gptcore-char-vocab-1", "chars": list("\n abc")}))
+    with TraceWriter(folder.trace) as w:
+        w.write("start", run="x", schemes=["gpt2"], step=0, max_iters=steps[-1], resumed=False, world_size=1)
+        for step in steps:
+            model = GPT(config, init="gpt2", seed=step)  # other weights at every kept step
+            w.write("checkpoint", scheme="gpt2", step=step, latest="ckpt.pt",
+                    path=folder.relative(folder.save_step_weights(model, "gpt2", step)))
+    return folder
+
+
+def test_features_over_training_walk_back_aligned_and_the_scrubbed_step_reopens_its_own_sae(tmp_path):
+    from gptcore import load_sae
+
+    root = tmp_path / "run"
+    _char_run(root)
+    session = Session.tiny()
+    follower = session.training.open(root)
+    session.training.show_step(follower, "gpt2", 20)
+    over = session.features.over_training(0, "resid", width=32, k=4, tokens=8192)
+    assert list(over.steps) == [0, 10, 20] and over.density.shape == (3, 32) and over.max_act.shape == (3, 32)
+    saved = sorted(p.name for p in (root / "sae").iterdir())
+    assert saved == [f"gpt2-step{s:06d}-L0-resid-w32-k4" for s in (0, 10, 20)]
+    last, before = (load_sae(root / "sae" / saved[i]) for i in (2, 1))
+    aligned = float((last.W_dec * before.W_dec).sum(1).mean().detach())
+    assert aligned > 0.5  # warm-started from the next step: feature i is still feature i
+    alive = over.max_act[-1] > 0
+    assert np.all((over.formed >= 0) == alive) and set(over.formed[alive]) <= {0, 10, 20}
+    assert session.features.over_training_of(0, "resid") is over and session.features.over_training_of(0, "mlp") is None
+    session.training.show_step(follower, "gpt2", 10)  # the Train panel's slider: that step's own SAE opens
+    table = session.features.use("sae", 0, "resid", corpus="run")
+    assert table.source.folder.endswith("gpt2-step000010-L0-resid-w32-k4")
+    np.testing.assert_allclose(table.density, over.density[1], atol=1e-6)  # the walk measured that very SAE

@@ -163,3 +163,20 @@ def test_nan_or_inf_activations_and_bad_shapes_are_refused():
         fit_sae(torch.randn(2, 3, 4), width=32, k=4, tokens=4096)
     with pytest.raises(SAEError, match="zero"):
         fit_sae(torch.zeros(100, 4), width=32, k=4, tokens=4096)
+
+
+def test_a_warm_start_keeps_each_feature_where_it_was_and_a_cold_one_does_not():
+    """fit_sae(init=…) (issue 33's features over training, after SAE-Track): the next step's SAE starts
+    from this one, so feature i stays feature i; a fresh fit numbers its features anew."""
+    x = data()
+    first = fit_sae(x, width=64, k=8, tokens=40_000, batch=1000, hook="h")
+    shifted = x + 0.05 * torch.randn(x.shape, generator=torch.Generator().manual_seed(9))  # the next checkpoint
+    warm = fit_sae(shifted, width=64, k=8, tokens=8000, batch=1000, hook="h", init=first)
+    cold = fit_sae(shifted, width=64, k=8, tokens=8000, batch=1000, hook="h", seed=3)
+    same_index = lambda a, b: float((a.W_dec * b.W_dec).sum(1).mean().detach())  # noqa: E731 - mean cos, row i with row i
+    assert same_index(first, warm) > 0.9 and same_index(first, cold) < 0.5
+    with torch.no_grad():
+        ev = 1 - float((shifted - warm(shifted)).pow(2).sum() / (shifted - shifted.mean(0)).pow(2).sum())
+    assert ev > 0.6  # and it still reconstructs the new activations
+    with pytest.raises(SAEError, match="same shape"):
+        fit_sae(x, width=32, k=8, tokens=8000, batch=1000, init=first)

@@ -159,8 +159,12 @@ class SourceForm(QWidget):
         self._show_kind()
 
     def set_corpus_choices(self, run_available: bool, file_path: str) -> None:
-        """The run's data offered when there is a run; a chosen file is shown and selected."""
+        """The run's data offered when there is a run (and chosen when it comes, in place of the built-in
+        text: a run's character model cannot read another alphabet); a chosen file is shown and selected."""
+        run_came = run_available and not self.corpus.model().item(self.corpus.findData("run")).isEnabled()
         self._set_corpus_enabled("run", run_available)
+        if run_came and self.corpus.currentData() == "builtin":
+            self.corpus.setCurrentIndex(self.corpus.findData("run"))
         new_file = bool(file_path) and file_path != self._file
         self._file = file_path or ""
         self._set_corpus_enabled("file", bool(self._file))

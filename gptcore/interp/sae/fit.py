@@ -40,9 +40,12 @@ def default_lr(width: int, d: int) -> float:
 
 
 def fit_sae(acts, *, width: int, k: int, tokens: int, seed: int = 0, progress: Progress = None,
-            cancel: Cancel = None, batch: int = 4096, lr: float | None = None, hook: str = "") -> SAE:
+            cancel: Cancel = None, batch: int = 4096, lr: float | None = None, hook: str = "",
+            init: SAE | None = None) -> SAE:
     """Train a TopK SAE on `acts`, activation rows (N, d) (a tensor, or an ActivationCache on
-    disk), for `tokens` rows in all drawn with replacement, `batch` rows a step."""
+    disk), for `tokens` rows in all drawn with replacement, `batch` rows a step. `init`: start from
+    that SAE's weights instead of the recipe's initialisation (a warm start, as SAE-Track walks a
+    training run's checkpoints: feature i stays feature i from one step to the next)."""
     source = as_source(acts)
     d = source.shape[1]
     check_shape(d, width, k)
@@ -50,10 +53,16 @@ def fit_sae(acts, *, width: int, k: int, tokens: int, seed: int = 0, progress: P
     gen = torch.Generator().manual_seed(int(seed))
     scale, mean = _input_stats(source, gen)
     decoder = torch.randn(width, d, generator=gen)  # (width, d)
-    decoder /= decoder.norm(dim=1, keepdim=True)
+    if init is not None:
+        _check_init(init, d, width)
+        decoder = init.W_dec.detach().float().clone()  # (width, d)
+    decoder /= decoder.norm(dim=1, keepdim=True).clamp(min=1e-12)
     base_lr = lr or default_lr(width, d)
-    trainer = TopKTrainer(decoder, mean * scale, k, base_lr,
-                          dead_tokens=min(DEAD_TOKENS_MAX, max(tokens // 20, batch)))
+    b_dec = mean * scale if init is None else init.b_dec.detach().float() * scale
+    trainer = TopKTrainer(decoder, b_dec, k, base_lr, dead_tokens=min(DEAD_TOKENS_MAX, max(tokens // 20, batch)))
+    if init is not None:  # the encoder too: raw units in, the trainer's scaled units inside (see _to_sae)
+        trainer.enc.copy_(init.W_enc.detach().float().t())
+        trainer.b_enc.copy_(init.b_enc.detach().float() * scale)
     every = max(1, steps // 200)
     for step in range(steps):
         if cancel is not None and cancel():
@@ -70,6 +79,13 @@ def fit_sae(acts, *, width: int, k: int, tokens: int, seed: int = 0, progress: P
     sae.metadata = {"training_tokens": steps * batch, "batch": batch, "lr": base_lr, "seed": int(seed),
                     "input_scale": scale}
     return sae
+
+
+def _check_init(init, d: int, width: int) -> None:
+    if not isinstance(init, SAE) or (init.d_in, init.width) != (d, width):
+        got = f"d_in {init.d_in}, width {init.width}" if isinstance(init, SAE) else type(init).__name__
+        raise SAEError(f"init must be an SAE of the same shape (d_in {d}, width {width}); got {got}: warm-start "
+                       f"from an SAE trained at the same hook with the same width")
 
 
 def _steps(tokens, batch) -> int:

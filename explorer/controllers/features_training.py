@@ -1,0 +1,72 @@
+"""The Features panel's training half (split from controllers/features.py along this seam): an SAE
+trained in the background with progress, an ETA and Cancel, the corpus file chosen, and — for a model
+from a training run — the same SAE walked back over the run's kept steps (features over training).
+
+A mixin of FeaturesController, which provides `view`, `ctx`, `submit`, `_show_table`, `_show_detail`,
+`_table_failed`, `detail` and `wanted`; nothing here is used alone.
+"""
+from __future__ import annotations
+
+import time
+
+from PySide6.QtWidgets import QFileDialog
+
+KEYS = dict(table="features", detail="features-detail", prompt="features-prompt", train="features-train",
+            over="features-over-training", readable="features-readable-prompt")
+
+
+class FeatureTraining:
+    # -- training ---------------------------------------------------------------------------------------
+    def train(self, settings: dict) -> None:
+        session = self.ctx.session
+        layer, site = int(settings["layer"]), settings["site"]
+        width, k, tokens = int(settings["width"]), int(settings["k"]), int(settings["tokens"])
+        self._train_tokens = tokens
+        self.corpus, self.corpus_path = settings.get("corpus", "builtin"), settings.get("path", "") or self.corpus_path
+        corpus, path = self.corpus, self.corpus_path
+        self.wanted = ("sae", layer, site)
+        self._train_started = time.monotonic()
+        self.view.set_training(True)
+        self.view.set_progress(0, tokens, "reading activations…")
+        self.submit(KEYS["train"], lambda token, progress: session.features.train(
+            layer, site, width=width, k=k, tokens=tokens, corpus=corpus, path=path, progress=progress, cancel=token),
+            on_result=self._trained, on_error=self._table_failed, on_progress=self._train_progress,
+            on_finished=lambda: self.view.set_training(False))
+
+    def _train_progress(self, done: int, total: int, message: str) -> None:
+        elapsed = time.monotonic() - self._train_started
+        eta = f" · about {elapsed * (total - done) / done:.0f} s left" if 0 < done < total and elapsed > 1 else ""
+        self.view.set_progress(done, total, f"{message}{eta}")
+
+    def _trained(self, table) -> None:
+        self._show_table(table)
+        self.ctx.show_message(f"SAE saved in {table.source.folder}", 8000)
+        if self.ctx.session.info.run is not None:  # a run's model: the same SAE, walked over its kept steps
+            self.walk_run(table.source.layer, table.source.site, table.source.width, table.source.k,
+                          self._train_tokens)
+
+    def walk_run(self, layer: int, site: str, width: int, k: int, tokens: int) -> None:
+        """Features over training: one aligned SAE per kept step, in the background with progress."""
+        session = self.ctx.session
+        self._train_started = time.monotonic()
+        self.view.set_training(True)
+        self.view.set_progress(0, 1, "features over training: fitting the last kept step…")
+        self.submit(KEYS["over"], lambda token, progress: session.features.over_training(
+            layer, site, width=width, k=k, tokens=tokens, progress=progress, cancel=token),
+            on_result=self._walked, on_error=self._table_failed, on_progress=self._train_progress,
+            on_finished=lambda: self.view.set_training(False))
+
+    def _walked(self, over) -> None:
+        self.ctx.show_message(f"features over training: {len(over.steps)} steps, each step's SAE saved beside the run",
+                              8000)
+        if self.detail is not None:
+            self._show_detail(self.detail)
+
+    def _browse(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self.view, "A UTF-8 text file for the features", self.ctx.file_path(""),
+                                              "Text (*.txt *.md *.py);;All files (*)")
+        if path:
+            self.ctx.remember_folder_of(path)
+            self.corpus, self.corpus_path = "file", path
+            self.view.set_corpus_choices(self.ctx.session.info.run is not None, path)
+
