@@ -31,6 +31,9 @@ def place(*, launched: bool = True) -> Place:
     return Place(int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0")), local_rank)
 
 
+BARRIER_S = 120  # how long a finished process waits for the others before leaving the group
+
+
 def init_distributed(world_size: int, device: str) -> None:
     """Join torchrun's process group (nccl for CUDA, gloo on CPU); nothing for one process."""
     if world_size <= 1:
@@ -46,6 +49,21 @@ def init_distributed(world_size: int, device: str) -> None:
 
 
 def finish_distributed() -> None:
+    """Leave the process group. On a normal end every process first waits for the others (a bounded
+    barrier): a gloo process whose peer tore the group down while it was still inside a collective
+    aborted ("terminate called without an active exception", seen once in the suite under load). While
+    an error is propagating, no wait: the other processes may never arrive."""
     dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return
+    if sys.exc_info()[0] is None:
+        import datetime
+
+        try:
+            if dist.get_backend() == "gloo":
+                dist.monitored_barrier(timeout=datetime.timedelta(seconds=BARRIER_S))
+            else:
+                dist.barrier()
+        except RuntimeError:  # a peer died or timed out: leave anyway
+            pass
+    dist.destroy_process_group()
