@@ -16,10 +16,12 @@ by itself) — so a controller only says *how* to clear and *how* to recompute, 
 forget either.
 
 A panel computes only while it is shown. The window tells each built panel whether it is in
-front (`set_shown`); a hidden panel still runs `invalidate(event)` (cheap: it clears or marks
-what is drawn) but not `refresh()`, and remembers that it is stale; when it is shown again it
-catches up with one `refresh()`, its last result on screen under the out-of-date mark until
-the new one lands. `submit` enforces it: a hidden panel's work is not started (the panel is
+front (`set_shown`); a hidden panel only keeps the events it missed (the last model swap and the
+last change after it: nothing else is needed to clear or mark) and is stale; when it is shown
+again it replays them through `invalidate` and catches up with one `refresh()`, its last result
+on screen under the out-of-date mark until the new one lands. A panel whose invalidate must act
+at once (it stops a generation running behind another tab, it stops following a run) says so
+with `invalidate_when_hidden = True`. `submit` enforces it: a hidden panel's work is not started (the panel is
 marked stale instead), except under the keys it names in `background_keys` — work the user
 started that goes on behind another tab (a generation, a patching run, following a training).
 So the cost of a change does not grow with the number of panels ever opened.
@@ -55,6 +57,7 @@ class PanelController(QObject, Generic[ViewT]):
     view_args: tuple = ()  # what `view_class` is constructed with (plain values: no session, no ctx)
     task_keys: tuple[str, ...] = ()  # runner keys this panel submits under (cancelled on shutdown)
     background_keys: tuple[str, ...] = ()  # of those, the ones that may run while the panel is hidden
+    invalidate_when_hidden = False  # True: invalidate(event) runs at once even behind another tab
     view: ViewT
 
     def __init__(self, ctx: PanelContext, view: ViewT, parent: QObject | None = None):
@@ -63,6 +66,8 @@ class PanelController(QObject, Generic[ViewT]):
         self._ready_sent = False
         self._shown = _shown_at_build[-1]  # a panel outside a window (unit tests) is in front
         self._stale = False  # a change arrived while hidden: refresh when shown
+        self._missed: list = []  # the events a hidden panel has still to invalidate with (see set_shown)
+        self._replaying = False
         self._own_states: dict[str, int] = {}  # see while_unchanged()
         self._alive = [True]  # False once this controller's Qt side is gone: its tasks' callbacks are dropped
         alive = self._alive
@@ -85,7 +90,16 @@ class PanelController(QObject, Generic[ViewT]):
         """`--prompt`: panels without a prompt ignore it."""
 
     def on_session_event(self, event) -> None:
-        """Every change the session announces reaches the panel here (GUI thread)."""
+        """Every change the session announces reaches the panel here (GUI thread). Hidden: kept for
+        when the panel is shown (no work now), unless `invalidate_when_hidden`."""
+        if not self._shown and not self.invalidate_when_hidden:
+            self._stale = True
+            swap = isinstance(event, ModelSwapped)
+            self._missed = [e for e in self._missed if isinstance(e, ModelSwapped) and not swap] + [event]
+            return
+        self._dispatch(event)
+
+    def _dispatch(self, event) -> None:
         if isinstance(event, ModelSwapped):
             self.on_model_changed(event)
         else:
@@ -118,15 +132,23 @@ class PanelController(QObject, Generic[ViewT]):
         """The window put this panel in front (True) or behind another tab (False)."""
         was, self._shown = self._shown, bool(shown)
         if self._shown and not was and self._stale:
+            missed, self._missed = self._missed, []
+            self._replaying = True  # invalidate for each missed event, then one refresh
+            try:
+                for event in missed:
+                    self._dispatch(event)
+            finally:
+                self._replaying = False
             self._stale = False
-            self.refresh()
+            if self.ctx.session is not None and self.ctx.session.has_model:
+                self.refresh()
 
     def refresh_when_shown(self) -> None:
         """`refresh()` now if the panel is in front, else once it is shown."""
-        if self._shown:
+        if self._shown and not self._replaying:
             self._stale = False
             self.refresh()
-        else:
+        elif not self._shown:
             self._stale = True
 
     def invalidate(self, event) -> None:

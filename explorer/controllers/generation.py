@@ -58,6 +58,7 @@ class GenerationController(PanelController[GenerationView]):
     generationFinished = Signal(str)  # why it ended: "done", "stopped", "model changed", "error"
     task_keys = (LOGITS_KEY, RUN_KEY)
     background_keys = (RUN_KEY,)  # a generation the user started streams on behind another tab
+    invalidate_when_hidden = True  # a change stops the running generation at once, shown or not
 
     view_class = GenerationPanel
 

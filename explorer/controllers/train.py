@@ -50,6 +50,7 @@ class TrainController(RunFollowing, PanelController[TrainView]):
     view_args = (INIT_SCHEMES,)
     task_keys = (OPEN_KEY, POLL_KEY, STEP_KEY, USE_KEY)
     background_keys = task_keys  # following a run goes on behind other tabs (it is what moves the model)
+    invalidate_when_hidden = True  # another model loaded: stop putting this run's steps into the session
 
     def __init__(self, ctx, view: TrainView, parent: QObject | None = None):
         super().__init__(ctx, view, parent)
