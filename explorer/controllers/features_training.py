@@ -31,7 +31,15 @@ class FeatureTraining:
         self.submit(KEYS["train"], lambda token, progress: session.features.train(
             layer, site, width=width, k=k, tokens=tokens, corpus=corpus, path=path, progress=progress, cancel=token),
             on_result=self._trained, on_error=self._table_failed, on_progress=self._train_progress,
-            on_finished=lambda: self.view.set_training(False))
+            on_finished=self._training_ended)
+
+    def _training_ended(self) -> None:
+        """A training or a walk ended (done, failed or cancelled): the form comes back and the progress
+        line goes, unless the walk over the run's steps that the training started is still going."""
+        runner = self.ctx.runner
+        if not (runner.is_running(KEYS["over"]) or runner.is_running(KEYS["train"])):
+            self.view.set_training(False)
+            self.view.set_progress(1, 1, "")
 
     def _train_progress(self, done: int, total: int, message: str) -> None:
         elapsed = time.monotonic() - self._train_started
@@ -54,7 +62,7 @@ class FeatureTraining:
         self.submit(KEYS["over"], lambda token, progress: session.features.over_training(
             layer, site, width=width, k=k, tokens=tokens, progress=progress, cancel=token),
             on_result=self._walked, on_error=self._table_failed, on_progress=self._train_progress,
-            on_finished=lambda: self.view.set_training(False))
+            on_finished=self._training_ended)
 
     def _walked(self, over) -> None:
         self.ctx.show_message(f"features over training: {len(over.steps)} steps, each step's SAE saved beside the run",

@@ -121,3 +121,5 @@ def test_an_sae_trained_on_a_runs_step_walks_the_kept_steps_and_charts_the_featu
     qtbot.waitUntil(lambda: c.prompt_result is not None, timeout=WAIT)
     assert set(view.prompt_text()) <= set("\n abc") and view.prompt_text() == c.prompt_result.text
     qtbot.waitUntil(lambda: not window.runner.busy, timeout=WAIT)
+    # both the training and the walk ended: the form is back, the progress line gone
+    assert view.source.train.isEnabled() and not view.source.cancel.isEnabled() and view.source.progress_row.isHidden()

@@ -82,6 +82,7 @@ class OverTrainingChart(pg.GraphicsLayoutWidget):
             _quiet_plot(plot)
             plot.setLabel("left", name)
             plot.getAxis("bottom").enableAutoSIPrefix(False)  # steps are counts, not "×0.001"
+            plot.getAxis("left").enableAutoSIPrefix(False)  # a density of 0.06, not "60 (×0.001)"
             colour = SERIES_COLOURS[row % len(SERIES_COLOURS)]
             curve = plot.plot([], [], pen=pg.mkPen(colour, width=2), symbol="o", symbolSize=4,
                               symbolBrush=colour, symbolPen=None, connect="finite")

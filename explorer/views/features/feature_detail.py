@@ -118,6 +118,7 @@ class FeatureDetail(QWidget):
         self.tabs.setTabEnabled(1, False)
         self.tabs.setTabToolTip(1, "For a model from a training run with SAEs fitted along its kept steps")
         self.histogram = ActivationHistogram()
+        self.histogram.setMinimumHeight(90)  # readable in a 900×600 window too
         self.promoted = TokenList("promotes", "Tokens whose logits its decoder direction raises most (through the "
                                   "unembedding)")
         self.suppressed = TokenList("suppresses", "Tokens whose logits its decoder direction lowers most")
