@@ -143,8 +143,10 @@ class FeaturesController(FeatureTraining, PanelController[FeaturesView]):
     def _show_detail(self, detail) -> None:
         self.detail = detail
         title, over = detail.title, self._over()
-        if over is not None and detail.feature < over.formed.size and over.formed[detail.feature] >= 0:
-            title += f" · formed at step {int(over.formed[detail.feature]):,}"
+        if over is not None and detail.feature < over.formed.size:
+            if over.formed[detail.feature] >= 0:
+                title += f" · formed at step {int(over.formed[detail.feature]):,}"
+            title += f" · its token over training: {token_history(over, detail.feature)}"
         self.view.set_feature(detail.feature, title, list(detail.contexts), detail.hist_edges,
                               detail.hist_counts, list(detail.promoted), list(detail.suppressed))
         self._show_over_training(detail.feature)
@@ -250,6 +252,17 @@ def metrics_html(table) -> str:
             parts.append(f"<span title='{html.escape(meaning)}'><b>{name}</b> {shown}</span>")
     return " · ".join(parts) + ("<br><i>An SAE is a reconstruction with an error term: features explain part of "
                                 "the activations, not all of them.</i>")
+
+
+def token_history(over, feature: int) -> str:
+    """"'e' (0) → 'q' (500)": the token the feature fires on most, each time it changes over the steps."""
+    parts, last = [], None
+    for step, labels in zip(over.steps, over.labels):
+        label = labels[feature] if feature < len(labels) else ""
+        if label != last:
+            parts.append(f"{label!r} ({int(step):,})" if label else f"none ({int(step):,})")
+            last = label
+    return " → ".join(parts)
 
 
 def _busiest(table) -> int:

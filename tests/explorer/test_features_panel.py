@@ -113,6 +113,7 @@ def test_an_sae_trained_on_a_runs_step_walks_the_kept_steps_and_charts_the_featu
     qtbot.waitUntil(lambda: c.table is not None, timeout=WAIT)
     with qtbot.waitSignal(c.detailed, timeout=WAIT, check_params_cb=lambda d: "formed at step" in view.detail.title.text()):
         view.trainRequested.emit(dict(layer=0, site="resid", width=32, k=4, tokens=8192, corpus="run", path=""))
+    assert "its token over training:" in view.detail.title.text()
     chart = view.detail.training_chart
     assert view.detail.tabs.isTabEnabled(1) and chart.series_names == ["density", "max activation"]
     steps, _values = chart.curve_data("density")
@@ -123,3 +124,15 @@ def test_an_sae_trained_on_a_runs_step_walks_the_kept_steps_and_charts_the_featu
     qtbot.waitUntil(lambda: not window.runner.busy, timeout=WAIT)
     # both the training and the walk ended: the form is back, the progress line gone
     assert view.source.train.isEnabled() and not view.source.cancel.isEnabled() and view.source.progress_row.isHidden()
+
+
+def test_a_features_token_history_names_each_change_with_its_step():
+    import types
+
+    import numpy as np
+
+    from explorer.controllers.features import token_history
+
+    over = types.SimpleNamespace(steps=np.array([0, 10, 20]), labels=(("a", ""), ("a", "c"), ("x", "c")))
+    assert token_history(over, 0) == "'a' (0) → 'x' (20)"
+    assert token_history(over, 1) == "none (0) → 'c' (10)"
