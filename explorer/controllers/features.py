@@ -63,6 +63,7 @@ class FeaturesController(FeatureTraining, PanelController[FeaturesView]):
         view.promptChanged.connect(lambda _text: self.live.poke())
         view.set_prompt_text(DEFAULT_PROMPT)
         self._show_model()
+        self._reopen_saved()
         self.refresh()
 
     # -- the contract ---------------------------------------------------------------------------------
@@ -80,7 +81,9 @@ class FeaturesController(FeatureTraining, PanelController[FeaturesView]):
             self.table = self.detail = self.prompt_result = self.selected = None
             self._offered = False
             self.view.clear_results(event.reason)
+            self.wanted = ("neurons", 0, "resid")  # the new model's own saved SAE, else its neurons
             self._show_model()
+            self._reopen_saved()
         else:
             self.view.set_status(event.reason)
         self.view.set_edits(self.ctx.session.interp.ablation.features_text())
@@ -88,6 +91,14 @@ class FeaturesController(FeatureTraining, PanelController[FeaturesView]):
     def refresh(self) -> None:
         kind, layer, site = self.wanted
         self.use(kind, layer, site)
+
+    def _reopen_saved(self) -> None:
+        """An SAE saved for this model (this step of a run) earlier is what the panel opens on."""
+        session = self.ctx.session
+        saved = session.features.saved() if session is not None and session.has_model else None
+        if saved is not None:
+            self.wanted = ("sae", *saved)
+            self.view.set_source(*self.wanted)
 
     def _show_model(self) -> None:
         session = self.ctx.session

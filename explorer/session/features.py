@@ -19,7 +19,8 @@ import torch
 
 from explorer.session import features_stats as stats
 from explorer.session.features_results import FeatureDetail, FeatureSource, FeatureTable, PromptFeatures
-from explorer.session.features_store import FeaturesError, corpus_ids, find_saved, hook_for, sae_folder
+from explorer.session.features_store import (FeaturesError, corpus_ids, find_saved, hook_for, latest_saved,
+                                             sae_folder)
 
 EVAL_BYTES = 64 << 20  # held-out activations kept for the browser (float32)
 HARVEST_BYTES = 256 << 20  # activations an SAE is fitted on (float32, in memory)
@@ -95,6 +96,10 @@ class FeaturesDomain:
         save_sae(sae, folder, model_name=self.core.info.name)
         source = FeatureSource("sae", int(layer), site, hook, sae.width, sae.k, str(folder))
         return self._install(sae, source, corpus, path, cancel, with_metrics=True)
+
+    def saved(self) -> tuple[int, str] | None:
+        """(layer, site) of the SAE saved last for the model shown (reopened by the panel), or None."""
+        return latest_saved(self.core.info) if self.core.has_model else None
 
     def over_training(self, layer: int, site: str, *, width: int, k: int, tokens: int, progress=None, cancel=None):
         """One SAE per kept step of the model's run, aligned by warm starts (features_training.py);

@@ -114,5 +114,20 @@ def find_saved(info, layer: int, site: str) -> Path | None:
     return max(found, key=lambda p: (p / "cfg.json").stat().st_mtime) if found else None
 
 
+def latest_saved(info) -> tuple[int, str] | None:
+    """(layer, site) of the SAE saved last for this model (this step of a run), if any: what the
+    Features panel reopens when the model is opened again."""
+    home = sae_home(info)
+    if not home.is_dir():
+        return None
+    prefix = _prefix(info, 0, "x")[: -len("L0-x-")]  # the step part only
+    found = [p for p in home.iterdir() if p.name.startswith(prefix) and (p / "cfg.json").is_file()]
+    for folder in sorted(found, key=lambda p: (p / "cfg.json").stat().st_mtime, reverse=True):
+        m = re.fullmatch(re.escape(prefix) + r"L(\d+)-(resid|mlp)-w\d+-k\d+", folder.name)
+        if m:
+            return int(m[1]), m[2]
+    return None
+
+
 def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", str(name)).strip("-")[:80] or "model"

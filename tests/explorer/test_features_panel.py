@@ -78,6 +78,15 @@ def test_an_sae_trains_in_the_background_and_is_reopened_from_where_it_was_saved
     view.dictionaryRequested.emit("sae", 1, "resid")  # chosen again: the saved one, not a new training
     qtbot.waitUntil(lambda: c.table.source.kind == "sae", timeout=WAIT)
     assert c.table.source.folder == folder
+    from explorer.shell.registry import find_panel
+
+    again = find_panel("features").build(window.ctx)  # the panel opened anew on this model (a restart)
+    qtbot.addWidget(again)
+    assert again.controller.wanted == ("sae", 1, "resid")  # it reopens the saved SAE by itself
+    qtbot.waitUntil(lambda: again.controller.table is not None, timeout=WAIT)
+    assert again.controller.table.source.folder == folder
+    qtbot.waitUntil(lambda: not window.runner.busy, timeout=WAIT)
+    again.shutdown()
 
 
 def test_the_table_exports_with_the_model_and_corpus_header(qtbot, window, features, tmp_path):
