@@ -90,7 +90,7 @@ class FeatureModel(QAbstractTableModel):
         value = float(self.columns[col - 1][row])
         if col == 1:
             return format_prob(value) if np.isfinite(value) else "—"
-        return _number(value, ".3g" if col == 2 else "+.3g")
+        return _number(value, ".3g" if col == 2 else "+.2g")  # fits the column: +0.011, +0.74, +12
 
     def sort(self, column: int, order=Qt.SortOrder.AscendingOrder) -> None:
         self.layoutAboutToBeChanged.emit()
