@@ -223,7 +223,10 @@ def test_train_bench_prints_gflops_beside_the_measured_matmul_peak(tmp_path, cap
     for side in ("ours", "nanoGPT"):
         timed = next(line for line in lines if line.split()[:1] == [side] and "ms/iter" in line)
         achieved = next(line for line in lines if line.split()[:1] == [side] and "GFLOP/s achieved" in line)
-        gflops = float(achieved.split()[1])
-        assert gflops == pytest.approx(work / float(timed.split()[1]) * 1e3, rel=0.01)
+        printed = achieved.split()[1]
+        gflops = float(printed)
+        decimals = len(printed.split(".")[1]) if "." in printed else 0  # a slow machine prints "2.9"
+        expected = work / float(timed.split()[1]) * 1e3
+        assert abs(gflops - expected) <= 0.5 * 10 ** -decimals + 0.01 * expected, (printed, expected)
         share = float(achieved.split("= ")[1].split(" % of the fp32 matmul peak")[0])
         assert share == pytest.approx(100 * gflops / peak, abs=1.0)  # from the printed (rounded) figures
