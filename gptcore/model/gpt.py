@@ -22,7 +22,7 @@ from torch.overrides import TorchFunctionMode
 
 from gptcore.model.config import GPTConfig
 from gptcore.model.hooks import HookedModule, HookPoint
-from gptcore.model.linear import Linear, apply_linear  # Linear: nn.Linear with a guarded oneDNN fast path
+from gptcore.model.linear import Linear, apply_linear, hooked  # Linear: nn.Linear with a guarded oneDNN fast path
 from gptcore.model.positions import RotaryPositions, SinusoidalPositions, apply_rotary
 
 
@@ -148,9 +148,11 @@ class CausalSelfAttention(nn.Module):
             # the views show is the softmax itself, not a 3-digit rounding of it (issue 28).
             low = q.dtype in (torch.bfloat16, torch.float16)
             q32, k32 = (q.float(), k.float()) if low else (q, k)
-            scores = (q32 @ k32.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, nh, T, S)
-            allowed = _causal_mask(T, S, past, x.device)  # (T, S)
-            scores = self.hook_attn_scores(scores.masked_fill(~allowed, float("-inf")))
+            # Scaled and masked in place: the product is a fresh tensor, and two fewer (B, nh, T, S)
+            # temporaries per layer is what this path costs above the fused one (issue 34).
+            scores = q32 @ k32.transpose(-2, -1)  # (B, nh, T, S)
+            scores.mul_(1.0 / math.sqrt(hs)).masked_fill_(_future_mask(T, S, past, x.device), float("-inf"))
+            scores = self.hook_attn_scores(scores)  # (B, nh, T, S)
             pattern = self.hook_pattern(F.softmax(scores, dim=-1))  # (B, nh, T, S)
             y = self.attn_dropout(pattern) @ (v.float() if low else v)  # (B, nh, T, hs)
             y = y.to(q.dtype)
@@ -185,6 +187,12 @@ def _causal_mask(T: int, S: int, past: int, device) -> torch.Tensor:
     return k_pos <= q_pos
 
 
+def _future_mask(T: int, S: int, past: int, device) -> torch.Tensor:
+    """(T, S) booleans, True where key s lies after query t (at position past + t): the negation of
+    `_causal_mask`, built directly rather than negated."""
+    return torch.ones(T, S, dtype=torch.bool, device=device).triu_(past + 1)  # (T, S)
+
+
 class MLP(nn.Module):
     """GPT-2's MLP: c_proj(GELU(c_fc(x))). GELU is GPT-2's tanh approximation ("gelu_new"), or
     with activation="gelu" the exact erf form nanoGPT's nn.GELU() computes."""
@@ -199,8 +207,12 @@ class MLP(nn.Module):
         self.approximate = "tanh" if config.activation == "gelu_tanh" else "none"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.hook_pre(apply_linear(self.c_fc, x))  # (B, T, d_mlp)
-        h = self.hook_post(F.gelu(h, approximate=self.approximate))  # (B, T, d_mlp)
+        if self.hook_pre.active or not isinstance(self.c_fc, Linear) or hooked(self.c_fc):
+            h = self.hook_pre(apply_linear(self.c_fc, x))  # (B, T, d_mlp)
+            h = F.gelu(h, approximate=self.approximate)  # (B, T, d_mlp)
+        else:  # nobody reads the pre-activation: the linear and its GELU in one pass (linear.py)
+            h = self.c_fc.forward_gelu(x, self.approximate)  # (B, T, d_mlp)
+        h = self.hook_post(h)  # (B, T, d_mlp)
         return self.dropout(apply_linear(self.c_proj, h))  # (B, T, C)
 
 

@@ -37,10 +37,11 @@ class Recorder:
 
     def __init__(self, fail_from=None, wrong=False):
         self.inner = REAL_OP or (lambda x, w, b, *rest: F.linear(x, w, b))  # a torch without oneDNN: F.linear
-        self.fail_from, self.wrong, self.calls = fail_from, wrong, 0
+        self.fail_from, self.wrong, self.calls, self.gelu_calls = fail_from, wrong, 0, 0
 
     def __call__(self, x, w, b, *rest):
         self.calls += 1
+        self.gelu_calls += bool(rest) and rest[0] == "gelu"  # the MLP's first layer fused with its GELU
         if self.fail_from is not None and self.calls >= self.fail_from:
             raise RuntimeError("_linear_pointwise() takes 7 arguments, 6 given")
         out = self.inner(x, w, b, *rest)
@@ -79,7 +80,9 @@ def test_fast_and_plain_paths_give_hfs_logits(twins, monkeypatch):
     spy = Recorder()
     _replace_op(monkeypatch, spy)
     fast = _logits(model, idx)
-    assert spy.calls == 2 + 4 * CFG.n_layer + 1  # the probe, every layer, the head: all on the fast path
+    # the probe, the fused-GELU probe (both GELUs), every layer, the head: all on the fast path
+    assert spy.calls == 2 + 2 + 4 * CFG.n_layer + 1
+    assert spy.gelu_calls == 2 + CFG.n_layer  # each MLP's c_fc ran with its GELU fused
     assert linear.onednn_linear() is spy
 
     monkeypatch.setenv(linear.ENV_SWITCH, "0")
@@ -131,14 +134,18 @@ def test_an_op_failing_its_probe_leaves_correct_logits_and_one_log_line(twins, m
 @needs_onednn
 def test_an_op_that_raises_later_falls_back_for_good_with_that_calls_plain_result(twins, monkeypatch, caplog):
     model, ref, idx = twins
-    flaky = Recorder(fail_from=5)  # passes the probe (2 calls), serves 2 layers, then raises
+    # passes both probes (2 + 2 calls), serves layer 0's attention (2), then raises: first in the fused
+    # linear + GELU (call 7), then in the plain linear after it (8). Each path gives up once, for good.
+    flaky = Recorder(fail_from=7)
     _replace_op(monkeypatch, flaky)
     with caplog.at_level(logging.INFO, logger="gptcore.model.linear"):
         torch.testing.assert_close(_logits(model, idx), ref, rtol=0, atol=1e-5)
         torch.testing.assert_close(_logits(model, idx), ref, rtol=0, atol=1e-5)
-    assert flaky.calls == 5  # never called again after it raised
-    assert len(caplog.records) == 1 and "from now on" in caplog.records[0].getMessage()
-    assert linear.onednn_linear() is None
+    assert flaky.calls == 8  # never called again after each path saw it raise
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2 and all("from now on" in m for m in messages)
+    assert "fused linear + GELU" in messages[0] and "oneDNN linear" in messages[1]
+    assert linear.onednn_linear() is None and linear._gelu_path.get() is None
 
 
 @needs_onednn
