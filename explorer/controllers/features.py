@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 
+import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from explorer.controllers.base import PanelController
@@ -170,8 +171,6 @@ class FeaturesController(FeatureTraining, PanelController[FeaturesView]):
         return self.ctx.session.features.over_training_of(table.source.layer, table.source.site)
 
     def _show_over_training(self, feature: int) -> None:
-        import numpy as np
-
         over, run = self._over(), self.ctx.session.info.run
         if over is None or feature >= over.density.shape[1]:
             self.view.set_over_training(np.zeros(0), {}, None)
@@ -278,7 +277,5 @@ def token_history(over, feature: int) -> str:
 
 def _busiest(table) -> int:
     """The feature to open on: the most active one that is not dense (fires on under half the tokens)."""
-    import numpy as np
-
     score = np.where(table.density < 0.5, table.max_act, -1.0)
     return int(np.argmax(score)) if score.size else 0

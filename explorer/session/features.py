@@ -50,8 +50,6 @@ class FeaturesDomain:
         return self._source
 
     # -- choosing a dictionary ----------------------------------------------------------------------
-    hook_for = staticmethod(hook_for)
-
     def use(self, kind: str, layer: int, site: str, *, corpus: str = "builtin", path: str = "",
             cancel=None) -> FeatureTable:
         """The feature table of `kind` ("neurons", or the SAE saved for this layer and site)."""
@@ -82,7 +80,7 @@ class FeaturesDomain:
 
         model = self.core.require_model()
         self._check_layer(model, layer)
-        hook = self.hook_for("sae", layer, site)
+        hook = hook_for("sae", layer, site)
         train_ids, _held, name = self._corpus_ids(corpus, path)
         d = model.config.n_embd
         with self.core.lock:

@@ -62,21 +62,13 @@ def statistics(dictionary, x: torch.Tensor, cancel=None) -> dict:
 
 def write_directions(model, dictionary, kind: str, layer: int, features=None) -> torch.Tensor:
     """(m, n_embd): what each feature adds to the residual stream. An SAE on the residual stream or the
-    MLP output writes its decoder row; a neuron writes the MLP's output projection of its unit vector."""
-    from gptcore.model.linear import apply_linear
-
-    width = dictionary.width
-    idx = torch.arange(width) if features is None else torch.as_tensor(features)
+    MLP output writes its decoder row; a neuron writes its column of the MLP's output projection."""
+    idx = torch.arange(dictionary.width) if features is None else torch.as_tensor(features)
     with torch.no_grad():
         if kind == "sae":
             return dictionary.W_dec[idx].detach().float().cpu()  # (m, d)
-        proj = model.blocks[layer].mlp.c_proj
-        unit = torch.zeros(len(idx), width, device=model.device)
-        unit[torch.arange(len(idx)), idx.to(model.device)] = 1.0
-        out = apply_linear(proj, unit)  # (m, d)
-        if getattr(proj, "bias", None) is not None:
-            out = out - proj.bias
-        return out.float().cpu()
+        weight = model.blocks[layer].mlp.c_proj.weight  # (n_embd, d_mlp), whatever its storage order
+        return weight.detach()[:, idx.to(weight.device)].t().float().cpu()  # (m, d)
 
 
 def logit_rows(model, directions: torch.Tensor) -> torch.Tensor:

@@ -94,10 +94,14 @@ def sae_home(info) -> Path:
     return Path(platformdirs.user_data_dir("gpt-explorer", appauthor=False)) / "sae" / _slug(info.name)
 
 
-def _prefix(info, layer: int, site: str) -> str:
+def _step_prefix(info) -> str:
+    """"gpt2-step001500-" for a run's step, "" for any other model."""
     run = info.run
-    step = f"{run.scheme}-step{run.step:06d}-" if run is not None else ""
-    return f"{step}L{int(layer)}-{site}-"
+    return f"{run.scheme}-step{run.step:06d}-" if run is not None else ""
+
+
+def _prefix(info, layer: int, site: str) -> str:
+    return f"{_step_prefix(info)}L{int(layer)}-{site}-"
 
 
 def sae_folder(info, layer: int, site: str, width: int, k: int) -> Path:
@@ -120,7 +124,7 @@ def latest_saved(info) -> tuple[int, str] | None:
     home = sae_home(info)
     if not home.is_dir():
         return None
-    prefix = _prefix(info, 0, "x")[: -len("L0-x-")]  # the step part only
+    prefix = _step_prefix(info)
     found = [p for p in home.iterdir() if p.name.startswith(prefix) and (p / "cfg.json").is_file()]
     for folder in sorted(found, key=lambda p: (p / "cfg.json").stat().st_mtime, reverse=True):
         m = re.fullmatch(re.escape(prefix) + r"L(\d+)-(resid|mlp)-w\d+-k\d+", folder.name)

@@ -7,6 +7,7 @@ else heavy (no torch, no gptcore, no Qt; tests/test_layers.py holds it to that).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import PurePath
 
 import numpy as np
 
@@ -25,7 +26,7 @@ class RunStep:
     @property
     def run_name(self) -> str:
         """The run folder's own name ("2026-12-02_05-10-33")."""
-        return self.root.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]
+        return PurePath(self.root).name
 
     def where(self) -> str:
         """"step 1,200 of 2,000" (+ "(gpt2 init)" when the run trains several schemes)."""

@@ -41,7 +41,7 @@ def parse_node(name: str) -> tuple[str, int, int]:
     return m.group(1), int(m.group(2)), int(m.group(3))
 
 
-def _source(layer: int, token: int) -> str:
+def source_node(layer: int, token: int) -> str:
     return f"I{layer - 1}_{token}" if layer > 0 else f"X0_{token}"
 
 
@@ -102,7 +102,7 @@ class FlowGraph:
         edge is not in it: see `residual_weight`). Raises FlowError for a non-attention edge."""
         kind_d, layer, i = parse_node(dst)
         kind_s, layer_s, j = parse_node(src)
-        expected = _source(layer, j)
+        expected = source_node(layer, j)
         if kind_d != "A" or src != expected or not (0 <= layer < self.n_layer and i < self.n_tokens and j < self.n_tokens):
             raise FlowError(f"{src} -> {dst} is not an attention edge; attention edges run I<l-1>_j (X0_j at "
                             f"layer 0) -> A<l>_i")
@@ -140,13 +140,20 @@ def _all_edges(attn: np.ndarray, ares: np.ndarray, mlp: np.ndarray, mres: np.nda
     edges: list[Edge] = []
     for l in range(L):
         for i, j in zip(*np.nonzero(edge_w[l])):
-            edges.append((_source(l, int(j)), f"A{l}_{i}", float(edge_w[l, i, j])))
+            edges.append((source_node(l, int(j)), f"A{l}_{i}", float(edge_w[l, i, j])))
         for i in range(T):
-            if mlp[l, i] > 0:
-                w = float(mlp[l, i])
-                edges += [(f"A{l}_{i}", f"M{l}_{i}", w), (f"M{l}_{i}", f"I{l}_{i}", w)]
-            if mres[l, i] > 0:
-                edges.append((f"A{l}_{i}", f"I{l}_{i}", float(mres[l, i])))
+            edges += mlp_edges(l, i, mlp, mres)
+    return edges
+
+
+def mlp_edges(l: int, i: int, mlp: np.ndarray, mres: np.ndarray) -> list[Edge]:
+    """Layer l's MLP edges at token i of weight > 0, in order: A -> M, M -> I, then A -> I."""
+    edges: list[Edge] = []
+    if mlp[l, i] > 0:
+        w = float(mlp[l, i])
+        edges += [(f"A{l}_{i}", f"M{l}_{i}", w), (f"M{l}_{i}", f"I{l}_{i}", w)]
+    if mres[l, i] > 0:
+        edges.append((f"A{l}_{i}", f"I{l}_{i}", float(mres[l, i])))
     return edges
 
 

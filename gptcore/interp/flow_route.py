@@ -29,8 +29,8 @@ import torch.nn.functional as F
 
 from gptcore.errors import Cancelled
 from gptcore.interp.flow import check_flow_model, check_prompt, shares_of_parts, two_part_shares, value_parts
-from gptcore.interp.flow_graph import (Edge, FlowGraph, check_position_threshold, threshold_attention,
-                                       threshold_mlp)
+from gptcore.interp.flow_graph import (FlowGraph, check_position_threshold, mlp_edges, source_node,
+                                       threshold_attention, threshold_mlp)
 from gptcore.interp.targets import Ids
 
 
@@ -215,8 +215,8 @@ class RouteState:
         for l in reversed(range(self.L)):
             if cancel is not None and cancel():
                 raise Cancelled("the route was superseded")
-            mlp_edges = [(i, e) for i in sorted(reached | window_rows) for e in _mlp_edges(l, i, mlp_t, mres_t)]
-            on_route.update((e[0], e[1]) for i, e in mlp_edges if i in reached and e[2] > thr)
+            mlp_rows = [(i, e) for i in sorted(reached | window_rows) for e in mlp_edges(l, i, mlp_t, mres_t)]
+            on_route.update((e[0], e[1]) for i, e in mlp_rows if i in reached and e[2] > thr)
             targets = sorted(i for i in reached if mlp_t[l, i] > thr or mres_t[l, i] > thr)  # A{l}_i reached
             rows = sorted(set(targets) | window_rows)
             shares, resid = self.attention_rows(l, rows)
@@ -227,31 +227,16 @@ class RouteState:
                 edge_w[k, i] += ares_t[k]
                 heads[l, i], residual[l, i] = attn_t[k], ares_t[k]
                 for j in np.flatnonzero(edge_w[k] > 0):
-                    attn_edges.append((i, (_source(l, int(j)), f"A{l}_{i}", float(edge_w[k, j]))))
+                    attn_edges.append((i, (source_node(l, int(j)), f"A{l}_{i}", float(edge_w[k, j]))))
                     if i in targets and edge_w[k, j] > thr:
                         reached.add(int(j))
                         on_route.add(attn_edges[-1][1][:2])
-            layers.append((attn_edges, mlp_edges))
-        edges = [e for attn_edges, mlp_edges in reversed(layers) for e in
-                 [e for _i, e in attn_edges] + [e for _i, e in mlp_edges]]
+            layers.append((attn_edges, mlp_rows))
+        edges = [e for attn_edges, mlp_rows in reversed(layers) for e in
+                 [e for _i, e in attn_edges] + [e for _i, e in mlp_rows]]
         return FlowGraph(edges=tuple(edges), route=tuple(e for e in edges if (e[0], e[1]) in on_route),
                          position=pos, threshold=thr, n_layer=self.L, n_tokens=self.T,
                          head_shares=RowShares((self.L, self.T, self.T, self.nh), heads), residual_shares=residual)
-
-
-def _source(layer: int, token: int) -> str:
-    return f"I{layer - 1}_{token}" if layer > 0 else f"X0_{token}"
-
-
-def _mlp_edges(l: int, i: int, mlp_t: np.ndarray, mres_t: np.ndarray) -> list[Edge]:
-    """Layer l's MLP edges at token i, in flow_graph's order (A -> M, M -> I, then A -> I)."""
-    edges: list[Edge] = []
-    if mlp_t[l, i] > 0:
-        w = float(mlp_t[l, i])
-        edges += [(f"A{l}_{i}", f"M{l}_{i}", w), (f"M{l}_{i}", f"I{l}_{i}", w)]
-    if mres_t[l, i] > 0:
-        edges.append((f"A{l}_{i}", f"I{l}_{i}", float(mres_t[l, i])))
-    return edges
 
 
 def flow_route(model, ids: Ids, position: int = -1, threshold: float = 0.04) -> FlowGraph:

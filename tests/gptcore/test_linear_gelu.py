@@ -11,16 +11,7 @@ import gptcore.model.linear as linear
 from gptcore import GPTConfig
 from gptcore.model.gpt import GPT
 
-REAL_OP = linear._lookup_op()
-needs_onednn = pytest.mark.skipif(REAL_OP is None, reason="this torch has no oneDNN linear")
-
-
-@pytest.fixture(autouse=True)
-def fresh_probe(monkeypatch):
-    monkeypatch.delenv(linear.ENV_SWITCH, raising=False)
-    linear.forget_probe()
-    yield
-    linear.forget_probe()
+from tests.gptcore.test_linear import REAL_OP, fresh_probe, needs_onednn  # noqa: F401 - fresh_probe: autouse, here too
 
 
 class GeluSpy:

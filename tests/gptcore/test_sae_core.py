@@ -11,13 +11,7 @@ from gptcore.errors import Cancelled, UserError
 from gptcore.interp.sae.topk_step import TopKTrainer
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small problems: a second OpenMP thread only spin-waits on a shared machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def random_sae(d=8, width=32, k=4, seed=0):

@@ -14,12 +14,7 @@ CFG = GPTConfig(vocab_size=40, block_size=16, n_layer=2, n_head=2, n_embd=16)
 HOOK = "blocks.0.hook_resid_post"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,7 @@ import torch
 from gptcore import fit_sae
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def sparse_rows(n, directions, active, gen):

@@ -1,16 +1,11 @@
-"""What the attention panel's controller may ask of its view: the signals it emits (intent, out)
-and the setters and getters the controller calls (data, in). The whole conversation: the
-controller is typed against it (`PanelController[AttentionView]`), and
-tests/explorer/test_view_protocols.py checks that the view offers all of it and the controller
-touches nothing of its view outside it. A fake view for a controller test needs only this.
-"""
+"""What the attention panel's controller may ask of its view (see explorer/views/__init__.py)."""
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
-Signal = Any  # a bound Qt signal: .connect(slot) / .emit(...)
+from explorer.views import Signal
 
 
 class AttentionView(Protocol):

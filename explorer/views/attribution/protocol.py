@@ -1,14 +1,9 @@
-"""What the attribution panel's controller may ask of its view: the signals it emits (intent, out)
-and the setters and getters the controller calls (data, in). The whole conversation: the
-controller is typed against it (`PanelController[AttributionView]`), and
-tests/explorer/test_view_protocols.py checks that the view offers all of it and the controller
-touches nothing of its view outside it. A fake view for a controller test needs only this.
-"""
+"""What the attribution panel's controller may ask of its view (see explorer/views/__init__.py)."""
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
-Signal = Any  # a bound Qt signal: .connect(slot) / .emit(...)
+from explorer.views import Signal
 
 
 class AttributionView(Protocol):

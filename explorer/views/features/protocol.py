@@ -1,8 +1,4 @@
-"""What the Features panel's controller may ask of its view: the signals it emits (intent, out)
-and the setters and getters the controller calls (data, in). The whole conversation: the
-controller is typed against it (`PanelController[FeaturesView]`), and
-tests/explorer/test_view_protocols.py checks that the view offers all of it and the controller
-touches nothing of its view outside it.
+"""What the features panel's controller may ask of its view (see explorer/views/__init__.py).
 
 Words used below: a *dictionary* is what features are read with — a layer's MLP neurons ("neurons",
 no training) or a sparse autoencoder ("sae") trained on one site of one layer ("resid": the residual
@@ -10,11 +6,11 @@ stream after the block, "mlp": the MLP's output). A *feature* is one neuron or o
 """
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
-Signal = Any  # a bound Qt signal: .connect(slot) / .emit(...)
+from explorer.views import Signal
 
 
 class FeaturesView(Protocol):
