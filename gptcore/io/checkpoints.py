@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import pickle
+import pickletools
 import re
 import struct
 import warnings
@@ -43,6 +44,8 @@ _SAFETENSORS_BITS = {
 MAX_SAFETENSORS_HEADER = 100_000_000
 _ZIP_MAGIC = b"PK\x03\x04"
 _PICKLE_PROTO = b"\x80"  # pickle protocol 2+ opens with PROTO; torch.save's legacy format is such a pickle
+_PICKLE_PROTOCOLS = range(2, 6)  # what PROTO's argument can be today
+_PICKLE_OPCODES = frozenset(op.code.encode("latin-1") for op in pickletools.opcodes)
 _LFS_POINTER = b"version https://git-lfs.github.com/spec/"
 _SNIFF_BYTES = 1024
 
@@ -72,9 +75,16 @@ def sniff(path: Path) -> str:
         return "safetensors"
     if head.startswith(_ZIP_MAGIC):
         return "zip"
-    if head.startswith(_PICKLE_PROTO):
+    if _looks_like_pickle(head):
         return "pickle"
     return "unknown"
+
+
+def _looks_like_pickle(head: bytes) -> bool:
+    """PROTO, a protocol pickle knows, then a real opcode. Why all three: one byte 0x80 alone is
+    what 1 random file in 256 opens with, and a damaged file must be called damaged, not a pickle."""
+    return (len(head) >= 3 and head[:1] == _PICKLE_PROTO and head[1] in _PICKLE_PROTOCOLS
+            and head[2:3] in _PICKLE_OPCODES)
 
 
 def _is_text(head: bytes) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import random
 import struct
 import subprocess
 import sys
@@ -144,7 +145,7 @@ def make_bad_source(case: str, tmp_path: Path) -> tuple[str, list[str]]:
         path = tmp_path / "model" / "pytorch_model.bin"
         path.parent.mkdir()
         (path.parent / "config.json").write_text(json.dumps(hf.config.to_dict()))
-        path.write_bytes(os.urandom(4096))
+        path.write_bytes(random.Random(4096).randbytes(4096))  # seeded: its first bytes decide what it is taken for
         return str(path.parent), ["corrupt file", "re-download"]
     if case == "3-truncated-torch":  # a cut-short torch.save zip: our words, not torch's miniz text
         path = tmp_path / "ckpt.pt"

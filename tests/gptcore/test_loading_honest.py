@@ -88,13 +88,16 @@ def test_sniff_tells_each_kind_apart(tmp_path):
         "notes.txt": lambda p: p.write_text("héllo ✓\n"),
         "empty": lambda p: p.write_bytes(b""),
         "noise": lambda p: p.write_bytes(bytes(range(1, 256)) * 4),
+        # 0x80 opens 1 random file in 256: without a known protocol and opcode after it, not a pickle
+        "noise80": lambda p: p.write_bytes(b"\x80\x07\x00" + bytes(range(1, 256)) * 4),
+        "noise80proto": lambda p: p.write_bytes(b"\x80\x02\xff" + bytes(range(1, 256)) * 4),
     }
     kinds = {}
     for name, write in cases.items():
         write(tmp_path / name)
         kinds[name] = sniff(tmp_path / name)
     assert kinds == {"legacy.pt": "pickle", "zip.pt": "zip", "x.safetensors": "safetensors", "notes.txt": "text",
-                     "empty": "empty", "noise": "unknown"}
+                     "empty": "empty", "noise": "unknown", "noise80": "unknown", "noise80proto": "unknown"}
 
 
 # -- "trained" only with evidence -----------------------------------------------------------------------
