@@ -209,6 +209,11 @@ def test_a_training_step_is_counted_as_nanogpts_estimate_mfu():
     assert flops.gflops(2e9, 1000.0) == 2.0
 
 
+def _printed_step(printed: str) -> float:
+    """The rounding step of a printed number: 1 for "4", 0.1 for "2.9"."""
+    return 10.0 ** -(len(printed.split(".")[1]) if "." in printed else 0)
+
+
 def test_train_bench_prints_gflops_beside_the_measured_matmul_peak(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
     stub = tmp_path / "model.py"
@@ -218,15 +223,18 @@ def test_train_bench_prints_gflops_beside_the_measured_matmul_peak(tmp_path, cap
     assert any(line.startswith("ratio (ours it/s / nanoGPT it/s): ") for line in lines)  # still printed
     work = float(next(line for line in lines if line.startswith("compute: ")).split()[1])
     peak_line = next(line for line in lines if line.strip().startswith("peak: fp32 matmul"))
-    peak = float(peak_line.split("fp32 matmul ")[1].split()[0])
+    printed_peak = peak_line.split("fp32 matmul ")[1].split()[0]
+    peak, peak_step = float(printed_peak), _printed_step(printed_peak)
     assert work > 0 and peak > 0 and "bf16 matmul" not in peak_line  # bf16's peak only where ours uses it
     for side in ("ours", "nanoGPT"):
         timed = next(line for line in lines if line.split()[:1] == [side] and "ms/iter" in line)
         achieved = next(line for line in lines if line.split()[:1] == [side] and "GFLOP/s achieved" in line)
         printed = achieved.split()[1]
-        gflops = float(printed)
-        decimals = len(printed.split(".")[1]) if "." in printed else 0  # a slow machine prints "2.9"
+        gflops, gflops_step = float(printed), _printed_step(printed)  # a slow machine prints "2.9"
         expected = work / float(timed.split()[1]) * 1e3
-        assert abs(gflops - expected) <= 0.5 * 10 ** -decimals + 0.01 * expected, (printed, expected)
+        assert abs(gflops - expected) <= gflops_step / 2 + 0.01 * expected, (printed, expected)
         share = float(achieved.split("= ")[1].split(" % of the fp32 matmul peak")[0])
-        assert share == pytest.approx(100 * gflops / peak, abs=1.0)  # from the printed (rounded) figures
+        # From the printed (rounded) figures: under load the tiny peak prints as e.g. "4" for 4.4.
+        low = 100 * (gflops - gflops_step / 2) / (peak + peak_step / 2) - 0.5
+        high = 100 * (gflops + gflops_step / 2) / (peak - peak_step / 2) + 0.5
+        assert low <= share <= high, (share, printed, peak_line)
