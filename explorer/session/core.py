@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from typing import Callable
 
 import torch
 
@@ -144,9 +145,10 @@ class Session:
                     raise LoadCancelled("superseded by a newer model request; the current model is unchanged")
                 old, old_info = self.model, self.info
                 self.interp.forget_model()  # its ablation named the old model's heads
-                self.model, self.info, self._device = model, info, model.device
+                self.model, self._device = model, model.device
                 self._tokenizer = tokenizer  # None: GPT-2's, made on first use
                 version = self.bump_version()
+                self.info = info  # last: whoever reads the new name without the lock finds the rest in place
         finally:
             self.swap_pending.clear()
         del old
@@ -210,17 +212,22 @@ class Session:
         info = dataclasses.replace(info, run=run)
         return self._swap(model, info, tokenizer=tokenizer)
 
-    def show_training_step(self, state_dict: dict, step: int, name: str | None = None) -> int:
+    def show_training_step(self, state_dict: dict, step: int, name: str | None = None,
+                           info: Callable[[ModelInfo], ModelInfo] | None = None) -> int:
         """Copy the weights of training step `step` into the loaded model (same shapes: a run's
         checkpoint of this model) and tell every view; `name` renames the model for the status
-        bar ("trained · step 1,200 of 2,000 · …"). Returns the new version."""
+        bar ("trained · step 1,200 of 2,000 · …") and `info` rewrites its other facts. Returns the
+        new version. Why one lock for all three: a reader must never see the new step's name beside
+        the old step's weights or version (a test once did, between two lock sections)."""
         model = self.require_model()
         with self.lock:
             model.load_state_dict(state_dict)
             model.eval()
-            if name is not None:
-                self.info = dataclasses.replace(self.info, name=name)
             version = self.bump_version()
+            # The facts last: a reader without the lock (a test's wait, a label) that sees the new name
+            # also sees the new weights and version.
+            facts = info(self.info) if info is not None else self.info
+            self.info = dataclasses.replace(facts, name=name) if name is not None else facts
         self.events.send(TrainingStepShown(step=int(step), version=version))
         return version
 

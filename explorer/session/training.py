@@ -137,11 +137,12 @@ class TrainingDomain:
             shown = core.info.run if core.has_model else None
             same_run = (shown is not None and (Path(shown.root), shown.scheme) == (root, scheme)
                         and core.config is not None and core.config.to_dict() == model.config.to_dict())
-            if same_run:  # the model's facts move with its weights, before every view is told
-                core.info = dataclasses.replace(core.info, name=name, trained=bool(step), note="", run=run,
-                                                status="trained" if step else "untrained", provenance=provenance)
-        if same_run:  # the core copies the weights under its lock and tells every view after it
-            version = core.show_training_step(model.state_dict(), step, name=name)
+        if same_run:  # weights, facts and version move together under the core's lock; then every view is told
+            def facts(info):
+                return dataclasses.replace(info, trained=bool(step), note="", run=run,
+                                           status="trained" if step else "untrained", provenance=provenance)
+
+            version = core.show_training_step(model.state_dict(), step, name=name, info=facts)
             return StepShown(str(root), scheme, step, name, version, swapped=False)
         tokenizer, tokenizer_name = run_tokenizer(root, follower.meta or follower.folder.read_meta())
         core.adopt(model, name=name, source=source, tokenizer=tokenizer, tokenizer_name=tokenizer_name,

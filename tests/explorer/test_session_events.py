@@ -2,6 +2,8 @@
 those events by themselves (nobody broadcasts)."""
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from explorer.session.core import Session
@@ -51,6 +53,24 @@ def test_a_setting_and_a_training_step_are_announced_with_a_fresh_version():
     assert "training step 1,200" in events[1].reason
     key = next(iter(moved))
     assert torch.equal(session.model.state_dict()[key], moved[key])  # the weights really moved
+
+
+def test_a_training_step_writes_its_facts_after_its_weights_and_version():
+    """Readers without the lock (a label, a test's wait) poll the name: once it names the new step,
+    the weights and the version must already be the new step's (a test once saw the old version)."""
+    session = Session.tiny()
+    before = session.version
+    moved = {k: t + 0.5 for k, t in session.model.state_dict().items()}
+    key = next(iter(moved))
+    seen = {}
+
+    def facts(info):
+        seen.update(version=session.version, moved=torch.equal(session.model.state_dict()[key], moved[key]))
+        return dataclasses.replace(info, note="step 7's facts")
+
+    version = session.show_training_step(moved, step=7, name="step 7", info=facts)
+    assert seen == {"version": before + 1, "moved": True} and version == before + 1
+    assert session.info.name == "step 7" and session.info.note == "step 7's facts"
 
 
 def test_a_failing_listener_neither_undoes_the_change_nor_silences_the_others():
