@@ -59,9 +59,15 @@ def test_a_run_started_in_the_panel_is_followed_scrubbed_into_every_panel_and_st
     f = c.follower
     series = f.series["gpt2"]
     assert series.eval_step[:2] == [0, 10] and all(np.isfinite(series.eval_val[:2]))
-    # The charts draw what the trace holds: one val point per eval, one train point per step.
-    val_curve = c.view.charts._curves[("val", "gpt2")]
-    assert len(val_curve.getData()[0]) >= 2
+    # The charts draw what the trace holds: one val point per eval, one train point per step. The
+    # follower is filled by the poll task on the compute thread and the charts are drawn when its
+    # result reaches the GUI thread, a moment later: wait for the drawing, not only the data.
+    def val_steps() -> list:
+        curve = c.view.charts._curves.get(("val", "gpt2"))  # made at the first drawing
+        return [] if curve is None or curve.getData()[0] is None else list(curve.getData()[0])
+
+    qtbot.waitUntil(lambda: len(val_steps()) >= 2, timeout=WAIT_MS)
+    assert val_steps()[:2] == [0, 10]
     qtbot.waitUntil(lambda: 0 in f.kept_steps("gpt2") and 10 in f.kept_steps("gpt2"), timeout=WAIT_MS)
     assert c.view.step_slider.isEnabled()
     c.draw()  # the count follows the live run's folder (it stayed at "1 kept steps" before)
@@ -179,6 +185,8 @@ def test_a_run_folder_damaged_or_deleted_while_followed_keeps_the_charts(qtbot, 
     qtbot.addWidget(page)
     c = page.controller
     qtbot.waitUntil(lambda: c.follower is not None and c.follower.kept_steps("gpt2") == [0, 10, 20], timeout=60_000)
+    # The poll task fills the follower on the compute thread; the charts are drawn a moment later.
+    qtbot.waitUntil(lambda: c.view.charts.census_step() == 20 and bool(c.view.sample_text.toPlainText()), timeout=60_000)
     assert c.view.charts.census_step() == 20
     assert c.view.sample_text.toPlainText() == "abcab"
     drawn = len(c.view.charts._curves[("val", "gpt2")].getData()[0])
