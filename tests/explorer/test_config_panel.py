@@ -118,6 +118,8 @@ def test_building_a_tiny_model_swaps_it_in_and_updates_the_status_bar(qtbot, win
     old_model, version = tiny_session.model, tiny_session.version
     with qtbot.waitSignal(window.modelChanged, timeout=30000):
         view.build_button.click()
+    # The swap is announced from inside the build task; "Built …" is written by its result, a moment later.
+    qtbot.waitUntil(lambda: view.build_status.text().startswith("Built"), timeout=30000)
     expected = count_parameters(GPTConfig(**TINY_BUILD)).total
     assert tiny_session.version == version + 1 and tiny_session.model is not old_model
     assert tiny_session.model.config == GPTConfig(**TINY_BUILD)

@@ -202,6 +202,7 @@ def test_a_run_folder_damaged_or_deleted_while_followed_keeps_the_charts(qtbot, 
     assert len(c.view.charts._curves[("val", "gpt2")].getData()[0]) == drawn  # what was shown stays
     assert not c.timer.isActive()
 
+    c.view.set_message("")  # so that the wait below sees the re-opening's own message, not the last one
     c.open_run(str(root))  # opening again reads up to the damage: the same charts, the message again
     qtbot.waitUntil(lambda: "damaged" in c.view.message_label.text(), timeout=60_000)
 
