@@ -61,15 +61,25 @@ def _probe(op: LinearOp) -> Optional[str]:
     cases = [(torch.randn(2, 3, 8, generator=g), w.contiguous(), b),  # (B, T, C) with bias
              (torch.randn(1, 8, generator=g), w, None)]  # one row, no bias
     for x, weight, bias in cases:
-        try:
-            got = _call(op, x, weight, bias)
-        except Exception as exc:  # any failure means "not this op": the plain path always works
-            return f"it raised {type(exc).__name__}: {exc}"
-        want = F.linear(x, weight, bias)
-        if not isinstance(got, torch.Tensor) or got.shape != want.shape or got.dtype != want.dtype:
-            return f"it returned {type(got).__name__} {tuple(getattr(got, 'shape', ()))}, expected {tuple(want.shape)}"
-        if not torch.allclose(got, want, rtol=1e-4, atol=1e-5):
-            return f"its values differ from F.linear by up to {float((got - want).abs().max()):.3g}"
+        problem = _disagreement(lambda: _call(op, x, weight, bias), F.linear(x, weight, bias),
+                                "its values differ from F.linear")
+        if problem is not None:
+            return problem
+    return None
+
+
+def _disagreement(call: Callable[[], torch.Tensor], want: torch.Tensor, differs: str) -> Optional[str]:
+    """None when `call()` returns `want` (same shape and dtype, values to float32 rounding); else why
+    not, `differs` opening the sentence for wrong values. Any exception means "not this op": the
+    plain path always works."""
+    try:
+        got = call()
+    except Exception as exc:
+        return f"it raised {type(exc).__name__}: {exc}"
+    if not isinstance(got, torch.Tensor) or got.shape != want.shape or got.dtype != want.dtype:
+        return f"it returned {type(got).__name__} {tuple(getattr(got, 'shape', ()))}, expected {tuple(want.shape)}"
+    if not torch.allclose(got, want, rtol=1e-4, atol=1e-5):
+        return f"{differs} by up to {float((got - want).abs().max()):.3g}"
     return None
 
 
@@ -125,15 +135,11 @@ def _probe_gelu(op: LinearOp) -> Optional[str]:
     g = torch.Generator().manual_seed(1)
     x, w, b = torch.randn(2, 3, 8, generator=g), torch.randn(6, 8, generator=g), torch.randn(6, generator=g)
     for approximate in GELUS:
-        try:
-            got = op(x, w, b, "gelu", [], approximate)
-        except Exception as exc:  # any failure means "not this op": F.gelu after the linear always works
-            return f"it raised {type(exc).__name__}: {exc}"
-        want = F.gelu(F.linear(x, w, b), approximate=approximate)
-        if not isinstance(got, torch.Tensor) or got.shape != want.shape or got.dtype != want.dtype:
-            return f"it returned {type(got).__name__} {tuple(getattr(got, 'shape', ()))}, expected {tuple(want.shape)}"
-        if not torch.allclose(got, want, rtol=1e-4, atol=1e-5):
-            return f"its {approximate!r} GELU differs from F.gelu by up to {float((got - want).abs().max()):.3g}"
+        problem = _disagreement(lambda: op(x, w, b, "gelu", [], approximate),
+                                F.gelu(F.linear(x, w, b), approximate=approximate),
+                                f"its {approximate!r} GELU differs from F.gelu")
+        if problem is not None:
+            return problem
     return None
 
 
@@ -207,7 +213,6 @@ class Linear(nn.Linear):
             plain = F.linear(x, w, b)  # raises too when the input itself is wrong (e.g. its width)
             _give_up(exc)
             return plain
-
 
     def forward_gelu(self, x: torch.Tensor, approximate: str) -> torch.Tensor:
         """`F.gelu(self(x), approximate=approximate)`, in one oneDNN call where the fp32 fast path
