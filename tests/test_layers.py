@@ -4,7 +4,8 @@
 - gptcore never imports Qt or the app;
 - explorer/views and explorer/widgets never import torch, gptcore, transformers, the session, the runtime,
   the controllers or the shell (numpy in, intent signals out);
-- explorer/session/ (and runtime/devices.py) never imports Qt; explorer/session/results.py is numpy only;
+- explorer/session/ (and runtime/devices.py) never imports Qt; every explorer/session/**/results.py is numpy
+  only (the shared one at the top and each domain's own, which may import the shared one);
 - transformers / huggingface_hub are imported only inside functions (importing gptcore stays fast);
 - no import cycle inside gptcore/ and explorer/.
 
@@ -31,7 +32,7 @@ RULES = [
     ("explorer/widgets", PASSIVE, "shared widgets are passive: numpy in, intent signals out"),
     ("explorer/session", QT, "the session is headless: no Qt"),
     ("explorer/runtime/devices.py", QT, "the session's device and memory checks are headless: no Qt"),
-    ("explorer/session/results.py", QT + ("torch", "gptcore", "transformers", "safetensors"),
+    ("explorer/session/**/results.py", QT + ("torch", "gptcore", "transformers", "safetensors"),
      "results are numpy and plain values: views and scripts read them without torch"),
 ]
 LAZY_ONLY = ("transformers", "huggingface_hub")
@@ -45,6 +46,8 @@ class Import:
 
 
 def _python_files(root: Path, place: str) -> list[Path]:
+    if "*" in place:  # a glob: every results.py of the session, the domains' own included
+        return sorted(root.glob(place))
     target = root / place
     if target.suffix == ".py":
         return [target] if target.is_file() else []
@@ -219,6 +222,15 @@ def test_the_checker_finds_a_planted_cycle_lazy_imports_included(tmp_path):
 
 
 @pytest.mark.parametrize("place", ["gptcore", "explorer/views", "explorer/widgets", "explorer/session",
-                                   "explorer/runtime/devices.py", "explorer/session/results.py"])
+                                   "explorer/runtime/devices.py", "explorer/session/**/results.py"])
 def test_each_ruled_place_exists(place):
     assert _python_files(ROOT, place), f"{place} has no Python files: the rule would pass vacuously"
+
+
+def test_the_checker_holds_a_domains_own_results_to_numpy(tmp_path):
+    """A domain's results.py in its own subpackage is held to numpy like the shared one."""
+    root = _plant(tmp_path, {"explorer/__init__.py": "", "explorer/session/__init__.py": "",
+                             "explorer/session/circuits/__init__.py": "",
+                             "explorer/session/circuits/results.py": "import numpy as np\nimport torch\n"})
+    found = violations(root)
+    assert any("circuits/results.py:2: imports torch" in f for f in found)

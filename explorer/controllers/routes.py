@@ -21,7 +21,7 @@ from explorer.controllers.base import PanelController
 from explorer.views.routes.protocol import RoutesView
 from explorer.controllers.live import LiveRequest
 from explorer.session.events import ModelSwapped
-from explorer.session.routes_long import LONG_TOKENS
+from explorer.session.routes.long import LONG_TOKENS
 from explorer.views.routes.panel import RoutesPanel
 
 log = logging.getLogger("explorer.routes")
@@ -281,7 +281,7 @@ class RoutesController(PanelController[RoutesView]):
         return self.export_to(path, self._writer(kind), self.view.set_error)
 
     def _writer(self, kind: str):
-        from explorer.session.routes_export import contributions_csv, save_npz
+        from explorer.session.routes.export import contributions_csv, save_npz
 
         def write(path: str):
             if self.result is None:

@@ -2,7 +2,7 @@
 the step the user scrubs to into the session so every other panel shows the model as it was then.
 
 It only wires its view (the `TrainView` protocol, explorer/views/train/protocol.py) to the session's
-training domain (`session.training`, explorer/session/training.py) and the child process
+training domain (`session.training`, explorer/session/training/domain.py) and the child process
 (explorer/runtime/train_process.py). Following: opening a run folder reads its whole trace once in
 a task (a finished run's trace can be megabytes); after that a QTimer asks every POLL_MS for a poll
 task (one at a time), which reads only what was appended since (a few KB) on the compute thread;
@@ -34,8 +34,8 @@ from explorer.controllers.train_settings import (command_settings, form_defaults
 from explorer.views.train.protocol import TrainView
 from explorer.runtime.train_process import TrainProcess
 from explorer.session.events import ModelSwapped
-from explorer.session.training import is_run_model, step_name
-from explorer.session.training_runs import RunFollower, new_run_dir
+from explorer.session.training.domain import is_run_model, step_name
+from explorer.session.training.runs import RunFollower, new_run_dir
 from explorer.views.train.panel import TrainPanel
 
 POLL_MS = 500

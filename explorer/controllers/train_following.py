@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QFileDialog
 
-from explorer.session.training_runs import RunFollower, RunFollowError, remember_run
+from explorer.session.training.runs import RunFollower, RunFollowError, remember_run
 from explorer.controllers.train_settings import run_form_values
 
 OPEN_KEY = "train-open"

@@ -1,10 +1,11 @@
 """The headless heart of the app: one model, its tokenizer and device. No Qt here.
 
 This is the core: model, tokenizer, device, `lock`, one `version`, `events`. The work lives in
-domains that take the core explicitly and are called by name: `session.attention` (attention.py),
-`session.generation` (generation.py), `session.residual` (residual.py), `session.interp`
-(interp.py: ablation, attribution, patching, census), `session.training` (training.py),
-`session.routes` (routes.py); getting a model (reading, drawing one) is models.py. The core
+domains that take the core explicitly and are called by name, each in its own subpackage
+(`<domain>/domain.py`, its results in `<domain>/results.py`): `session.attention`,
+`session.generation`, `session.residual`, `session.interp` (ablation, attribution, patching,
+census), `session.training`, `session.routes`, `session.features`; getting a model (reading,
+drawing one) is models.py. The core
 never forwards to them: callers write `session.attention.capture(text)`. The domains are one
 table, `DOMAINS` (a new panel's domain is one line there); `bump_version` walks it and calls each
 domain's `forget()` (what it kept for the old state: a prompt's keys and values, a census).
@@ -42,13 +43,13 @@ from explorer.session import models
 from explorer.session.events import EventHub, ModelSwapped, SettingsChanged, TrainingStepShown
 from explorer.session.models import ProgressFn
 from explorer.session.results import NO_MODEL, ModelInfo
-from explorer.session.attention import AttentionDomain
-from explorer.session.generation import GenerationDomain
-from explorer.session.interp import Interpretability
-from explorer.session.residual import ResidualDomain
-from explorer.session.routes import RoutesDomain
-from explorer.session.training import TrainingDomain
-from explorer.session.features import FeaturesDomain
+from explorer.session.attention.domain import AttentionDomain
+from explorer.session.generation.domain import GenerationDomain
+from explorer.session.interp.domain import Interpretability
+from explorer.session.residual.domain import ResidualDomain
+from explorer.session.routes.domain import RoutesDomain
+from explorer.session.training.domain import TrainingDomain
+from explorer.session.features.domain import FeaturesDomain
 
 # The session's domains, by the attribute they are called by: each takes the core, and may define
 # `forget()` (drop what it kept for the old state; bump_version calls it on every change).

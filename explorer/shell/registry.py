@@ -12,8 +12,8 @@ How to add a panel (say "foo"), the files it touches:
    the keys in `background_keys`), every error through `self.report_error(exc, title)`. A task's
    `work` takes the session and plain values, never the controller or a widget (runtime/task_check.py).
 3. One line below: `PanelSpec("foo", "Foo", "Ctrl+9", "foo:FooController")`.
-4. If it computes something new: `explorer/session/foo.py` — `FooDomain(core)` returning frozen dataclasses
-   (explorer/session/results.py or its own results module), `forget()` for what it keeps per state, and
+4. If it computes something new: `explorer/session/foo/` — `domain.py` with `FooDomain(core)` returning frozen
+   dataclasses (its own `results.py`, numpy only), `forget()` for what it keeps per state, and
    one line in `DOMAINS` in explorer/session/core.py.
 Plus its tests, and its scenario in tests/explorer/test_stale_state.py (that test fails for a panel
 without one). The window, the View menu, `--panel foo` and screenshot mode follow from the line in 3.

@@ -200,7 +200,7 @@ class MainWindow(ModelLoading, QMainWindow):
             page.open_run(path)
 
     def _fill_recent_runs(self) -> None:
-        from explorer.session.training_runs import recent_runs
+        from explorer.session.training.runs import recent_runs
 
         self.recent_runs_menu.clear()
         for path in recent_runs(self.settings):

@@ -15,7 +15,7 @@ from explorer.controllers.base import PanelPage
 from explorer.controllers.context import PanelContext
 from explorer.controllers.routes import RoutesController
 from explorer.session.core import Session
-from explorer.session.routes_long import LONG_TOKENS
+from explorer.session.routes.long import LONG_TOKENS
 from explorer.views.routes.ticks import thinned_ticks
 
 WAIT_MS = 60_000

@@ -150,7 +150,7 @@ def test_exports_write_the_graph_and_the_contributions_with_the_header(qtbot, pa
 
 
 def test_over_training_reads_the_routes_from_the_run_trace(qtbot, runner, tmp_path):
-    from explorer.session.routes_over_training import routes_over_training
+    from explorer.session.routes.over_training import routes_over_training
 
     session = Session.tiny()
     from explorer.session.results import RunStep
@@ -226,7 +226,7 @@ def test_the_head_ranking_compares_route_shares_with_removal(qtbot, page, tiny_s
     shares = [float(r[1]) for r in rows]
     assert shares == sorted(shares, reverse=True) and sorted(int(r[2]) for r in rows) == list(range(1, n + 1))
     ranking = tiny_session.routes.head_ranking(c.result, -1)
-    from explorer.session.routes import spearman
+    from explorer.session.routes.domain import spearman
 
     assert ranking.spearman == pytest.approx(spearman(ranking.route, -ranking.effect))
     rho = "undefined" if np.isnan(ranking.spearman) else f"{ranking.spearman:+.2f}"

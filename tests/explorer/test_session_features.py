@@ -9,8 +9,8 @@ import torch
 
 from gptcore import sae_edit
 from explorer.session.core import Session
-from explorer.session.features import FeaturesError
-from explorer.session.features_store import CorpusError, corpus_ids
+from explorer.session.features.domain import FeaturesError
+from explorer.session.features.store import CorpusError, corpus_ids
 
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
 TEXT = ("the quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat and "

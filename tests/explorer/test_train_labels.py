@@ -148,7 +148,7 @@ def test_the_progress_line_follows_the_child_process(qtbot, panel_context, tmp_p
 
 
 def test_a_refused_start_says_refused_not_starting(qtbot, panel_context, tmp_path):
-    from explorer.session.training_runs import RunFollower
+    from explorer.session.training.runs import RunFollower
 
     page, c = _open(qtbot, panel_context, _fake_run(tmp_path / "other").root)
     c.follower = RunFollower(tmp_path / "never-written")  # a child that exited before writing its folder

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from explorer.controllers.train_settings import command_settings
-from explorer.session.training_runs import RunFollower, RunFollowError
+from explorer.session.training.runs import RunFollower, RunFollowError
 
 TINY = dict(n_layer=1, n_head=4, n_embd=32, block_size=32, max_iters=40, eval_interval=10, eval_iters=2,
             batch_size=4, probe_interval=20, warmup_iters=5, lr_decay_iters=40, init="gpt2")

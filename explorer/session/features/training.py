@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from explorer.session import features_stats as stats
-from explorer.session.features_store import FeaturesError, corpus_ids, hook_for, sae_folder
+from explorer.session.features import stats
+from explorer.session.features.store import FeaturesError, corpus_ids, hook_for, sae_folder
 
 
 @dataclass(frozen=True)

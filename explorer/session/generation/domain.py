@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from explorer.session.precision import GenerationPrecision
-from explorer.session.results import Distribution, GeneratedToken, NextTokenLogits, PromptContext
+from explorer.session.generation.results import Distribution, GeneratedToken, NextTokenLogits, PromptContext
 
 
 class GenerationDomain:

@@ -11,7 +11,7 @@ import io
 
 import numpy as np
 
-from explorer.session.routes_results import RoutesResult
+from explorer.session.routes.results import RoutesResult
 
 CSV_COLUMNS = ("layer", "target", "target_token", "part", "source", "source_token", "head", "share")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from explorer.session.results import AttentionResult
+from explorer.session.attention.results import AttentionResult
 
 
 class AttentionDomain:

@@ -1,7 +1,7 @@
 """The training domain (`session.training`): run folders read, their steps put into the session, saved.
 
 Why here (no Qt; called from workers): the Train panel's controller only wires its view to these
-calls. Reading a run folder is explorer/session/training_runs.py (gptcore's trace reader and
+calls. Reading a run folder is explorer/session/training/runs.py (gptcore's trace reader and
 interpreter underneath); a kept step's weights are read by gptcore's one step reader,
 `RunFolder.load_step`. Showing a step the first time builds a model of the run's shape (a model
 swap, with the run's character tokenizer, so Attention and Generation show characters, not ids);
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from explorer.session.results import RunStep
-from explorer.session.training_runs import RunFollower
+from explorer.session.training.runs import RunFollower
 
 RUN_SOURCE_PREFIX = "training run "  # ModelInfo.source of a model the Train panel put in the session
 

@@ -3,7 +3,7 @@ dictionary — a layer's MLP neurons (no training: useful the moment a model is 
 autoencoder trained here on one site of one layer, saved beside the model or run and reopened.
 
 Called on the compute thread by the Features panel's controller: every method takes plain values and
-returns the frozen dataclasses of features_results.py. Forwards run under the core's lock; fitting an
+returns the frozen dataclasses of results.py. Forwards run under the core's lock; fitting an
 SAE runs outside it, so a generation streaming behind another tab keeps going. Feature edits (clamp,
 ablate) are session state like head ablation: `session.interp.set_feature_edits` installs them for
 every panel and announces the change. The corpus: the built-in text (CPython's pydoc topics), the
@@ -17,9 +17,9 @@ import threading
 import numpy as np
 import torch
 
-from explorer.session import features_stats as stats
-from explorer.session.features_results import FeatureDetail, FeatureSource, FeatureTable, PromptFeatures
-from explorer.session.features_store import (FeaturesError, corpus_ids, find_saved, hook_for, latest_saved,
+from explorer.session.features import stats
+from explorer.session.features.results import FeatureDetail, FeatureSource, FeatureTable, PromptFeatures
+from explorer.session.features.store import (FeaturesError, corpus_ids, find_saved, hook_for, latest_saved,
                                              sae_folder)
 
 EVAL_BYTES = 64 << 20  # held-out activations kept for the browser (float32)
@@ -100,9 +100,9 @@ class FeaturesDomain:
         return latest_saved(self.core.info) if self.core.has_model else None
 
     def over_training(self, layer: int, site: str, *, width: int, k: int, tokens: int, progress=None, cancel=None):
-        """One SAE per kept step of the model's run, aligned by warm starts (features_training.py);
+        """One SAE per kept step of the model's run, aligned by warm starts (training.py);
         `tokens` for the last step's fit, a fifth of it for each step walked back from it."""
-        from explorer.session.features_training import over_training
+        from explorer.session.features.training import over_training
 
         over = over_training(self.core, int(layer), site, width=int(width), k=int(k), tokens=max(4096, tokens // 5),
                              first_tokens=int(tokens), progress=progress, cancel=cancel)

@@ -18,9 +18,9 @@ import time
 import numpy as np
 import torch
 
-from explorer.session.routes_long import LONG_TOKENS, LongRoutes
-from explorer.session.routes_over_training import routes_over_training
-from explorer.session.routes_results import (NODE_KINDS, BlockEffect, EdgeTest, HeadRanking, RouteGraph,
+from explorer.session.routes.long import LONG_TOKENS, LongRoutes
+from explorer.session.routes.over_training import routes_over_training
+from explorer.session.routes.results import (NODE_KINDS, BlockEffect, EdgeTest, HeadRanking, RouteGraph,
                                              RoutesResult)
 
 TOP_TOKENS = 6  # promoted / suppressed tokens shown for a clicked node
@@ -33,7 +33,7 @@ class RoutesDomain:
         # ids and probabilities it last gave (the kept rows reuse them). Valid for one version: every
         # swap, ablation or setting bumps it, and the bump calls forget().
         self._typing = None  # (FlowState, (T,) int64 ids, (T,) float32 probs) | None
-        self.long = LongRoutes()  # past LONG_TOKENS: the route's rows only (routes_long.py)
+        self.long = LongRoutes()  # past LONG_TOKENS: the route's rows only (long.py)
 
     def forget(self) -> None:
         """Drop the typing state (the core calls it at every version bump: it holds the old model)."""
@@ -48,7 +48,7 @@ class RoutesDomain:
         try:
             ids = self.core.encode(text)
         except ValueError as exc:  # a char model and a text it cannot read: offer its run's probe prompt
-            from explorer.session.routes_prompt import unencodable
+            from explorer.session.routes.prompt import unencodable
 
             raise unencodable(exc, self.core.info, self.core.encode, self.core.training.follower_for) from exc
         with self.core.lock:

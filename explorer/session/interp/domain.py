@@ -25,8 +25,9 @@ import numpy as np
 import torch
 
 from explorer.session.events import AblationChanged
-from explorer.session.results import (NO_ABLATION, AblationState, AttributionResult, HeadCensusResult, PatchedDistribution,
-                      PatchingResult, TokenChoice)
+from explorer.session.interp.results import (AttributionResult, HeadCensusResult, PatchedDistribution, PatchingResult,
+                                             TokenChoice)
+from explorer.session.results import NO_ABLATION, AblationState
 
 APP_MODES = ("zero", "mean")  # resample needs a reference aligned position by position: gptcore only
 TOP_K = 8

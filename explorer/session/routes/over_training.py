@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from explorer.session.routes_results import RoutesOverTraining
+from explorer.session.routes.results import RoutesOverTraining
 
 
 def routes_over_training(info, follower_for: Callable, top: int = 5) -> RoutesOverTraining | None:

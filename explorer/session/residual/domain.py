@@ -12,7 +12,7 @@ from typing import Callable
 
 from gptcore.model.config import GPTConfig
 
-from explorer.session.results import GradientResult, ReferenceCurve, ResidualResult
+from explorer.session.residual.results import GradientResult, ReferenceCurve, ResidualResult
 
 ProgressFn = Callable[[int, int, str], None]
 

@@ -1,0 +1,1 @@
+"""The attention domain: every layer and head's pattern for a prompt, with prefix reuse while typing."""

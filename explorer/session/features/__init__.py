@@ -1,0 +1,1 @@
+"""The features domain: feature dictionaries (neurons, SAEs) browsed, trained, stored and edited."""

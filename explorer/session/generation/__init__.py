@@ -1,0 +1,1 @@
+"""The generation domain: the next-token distribution and streamed sampling."""

@@ -1,0 +1,1 @@
+"""The interpretability domain: ablation, attribution, activation patching and the head census."""

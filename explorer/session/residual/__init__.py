@@ -1,0 +1,1 @@
+"""The residual domain: residual-stream norms under each initialisation scheme, and gradient flow."""
