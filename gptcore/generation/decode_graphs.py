@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from gptcore.generation.picking import TokenPicker
+from gptcore.model.hooks import HookWatch
 from gptcore.model.kv_cache import StaticKVCache
 
 log = logging.getLogger(__name__)
@@ -137,7 +138,9 @@ def _capture(fn, device: torch.device, pool=None, generator=None):
 def acquire(model, batch: int = 1) -> tuple[CapturedStep, float]:
     """The captured step for `model` now (kept, or captured here: call it with the model in eval
     mode under inference_mode) and the seconds a capture took; marks it busy until `release`.
-    Raises GraphsUnavailable with the reason where it cannot be had."""
+    Raises GraphsUnavailable with the reason where it cannot be had. A kept step is handed out
+    with hooks attached (the decoder's steps take the plain path while they are); a capture never
+    happens with one attached."""
     if model.device.type != "cuda":
         raise GraphsUnavailable(f"CUDA graphs need a CUDA device; the model is on {model.device}")
     key = shape_key(model, batch)
@@ -151,6 +154,9 @@ def acquire(model, batch: int = 1) -> tuple[CapturedStep, float]:
         failed = _failed.get(model)
         if failed is not None and failed[0] == key:
             raise GraphsUnavailable(failed[1])
+        if HookWatch(model).attached():  # its Python would run in the warm-up and its ops be captured
+            raise GraphsUnavailable("a forward hook is attached (an ablation, a feature edit, a listener), and a graph "
+                                    "captured now would replay it after it is removed")
         _steps.pop(model, None)  # never two captured steps (and KV caches) for one model
         start = time.perf_counter()
         try:
@@ -178,3 +184,9 @@ def forget(model) -> None:
     with _lock:
         _steps.pop(model, None)
         _failed.pop(model, None)
+
+
+def captured(model) -> bool:
+    """Whether a captured step is kept for `model` (for any shape)."""
+    with _lock:
+        return model in _steps

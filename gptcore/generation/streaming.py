@@ -111,11 +111,11 @@ def generate(model, idx, *, max_new_tokens: int, temperature: float = 1.0, top_k
 
 
 def _make_engine(model, kind: str, settings: dict) -> Engine:
-    """The engine `kind` names, built at the first step (a capture is work: done only when asked)."""
+    """The engine `kind` names, built at the first step (a capture is work: done only when asked),
+    under `inference(model)`."""
     if kind == "graph":
         try:
-            with inference(model):
-                captured, seconds = decode_graphs.acquire(model)
+            captured, seconds = decode_graphs.acquire(model)
             return GraphEngine(model, settings, captured, seconds)
         except decode_graphs.GraphsUnavailable as exc:
             log.info("decoding without CUDA graphs: %s", exc)
@@ -135,8 +135,9 @@ def _stream(model, prompt: list[int], shift: int, make_engine: Callable[[], Engi
                 return
             capture_s = 0.0
             if window is None:
-                engine = make_engine()
-                engine.picker.begin(prompt, seed)
+                with inference(model):  # what a captured step keeps is made and used under inference_mode only
+                    engine = make_engine()
+                    engine.picker.begin(prompt, seed)
                 window = SlidingWindow(engine, prompt, model.config.block_size, shift)
                 packed = window.start()
                 capture_s = engine.capture_s

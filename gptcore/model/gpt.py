@@ -141,7 +141,7 @@ class CausalSelfAttention(nn.Module):
             y = self.attn_dropout(pattern) @ (v.float() if low else v)  # (B, nh, T, hs)
             y = y.to(q.dtype)
         elif allowed is not None:  # static shapes: the whole block, slots not visible masked
-            y = _fused_attention(q, k, v, attn_mask=allowed, dropout_p=p_drop, enable_gqa=grouped)
+            y = _fused_attention(q, k, v, attn_mask=kv_cache.bias, dropout_p=p_drop, enable_gqa=grouped)
         elif past == 0:
             y = _fused_attention(q, k, v, dropout_p=p_drop, is_causal=True, enable_gqa=grouped)
         elif T == 1:  # one query sees all keys
@@ -161,6 +161,9 @@ def _fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs
     T 64, head 32, forward + backward: 10 ms in bf16 vs 3 ms in fp32, AMD EPYC with avx512_bf16),
     while the matrix products around it are 2.5x faster in bf16. fp32 is also the safer softmax."""
     if q.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+        mask = kwargs.get("attn_mask")
+        if mask is not None and mask.is_floating_point():
+            kwargs["attn_mask"] = mask.float()  # an additive mask must match the query's dtype
         with torch.autocast("cpu", enabled=False):
             return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), **kwargs)  # (B, nh, T, hs)
     return F.scaled_dot_product_attention(q, k, v, **kwargs)  # (B, nh, T, hs)

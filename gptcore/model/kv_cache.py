@@ -67,12 +67,17 @@ class StaticKVCache:
         self.slots = torch.arange(cache.capacity, device=device)  # (S,) every key slot's position
         self.fed: torch.Tensor | None = None  # (T,) positions of the tokens fed now, set by positions()
         self.allowed: torch.Tensor | None = None  # (T, S) booleans, set by positions()
+        self.bias: torch.Tensor | None = None  # (T, S) 0 where allowed, -inf elsewhere, in the cache's dtype
 
     def positions(self, T: int) -> torch.Tensor:
         """(T,) positions of the tokens fed now; sets `allowed` (T, S): slot s is visible to the
-        token at position p when s <= p (filled and not in its future)."""
+        token at position p when s <= p (filled and not in its future), and the same as an additive
+        `bias` for the fused attention. Why both, once per forward: every layer reads them, and
+        SDPA turns a boolean mask into a bias itself, two kernels per layer a graph would replay."""
         self.fed = self.position + self.slots[:T]  # (T,)
         self.allowed = self.slots[None, :] <= self.fed[:, None]  # (T, S)
+        self.bias = torch.full(self.allowed.shape, float("-inf"), dtype=self.k.dtype,
+                               device=self.k.device).masked_fill_(self.allowed, 0.0)  # (T, S)
         return self.fed
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -88,6 +88,14 @@ def test_static_engine_generates_the_plain_engines_tokens_across_the_window_slid
             assert [t for t, _ in a.alternatives] == [t for t, _ in b.alternatives]
 
 
+@pytest.mark.parametrize("overrides", [VARIANTS[0], VARIANTS[2]])
+def test_static_engine_in_bf16_generates_the_plain_engines_tokens(overrides):
+    """The additive mask is made in the model's dtype: a bf16 model decodes the same either way."""
+    model = _model(**overrides).to(torch.bfloat16)
+    plain = [s.token for s in _steps(model, max_new_tokens=40, temperature=0, engine="plain")]
+    assert [s.token for s in _steps(model, max_new_tokens=40, temperature=0, engine="static")] == plain
+
+
 @pytest.mark.parametrize("shift", [1, 5])
 def test_static_engine_equals_an_uncached_recompute_of_the_documented_window(shift):
     """Oracle without any cache: each generated token is the argmax of a full forward over the window
