@@ -16,10 +16,11 @@ replacement during a generation can never leave it reading freed memory. The fir
 a shape pays the capture (warm-up on a side stream, then capture), reported with its first token
 (GenerationStep.capture_s) and logged; the next one only replays.
 
-When not: `acquire` raises GraphsUnavailable (a CPU, another generation using this model's step
-now, a capture that failed, logged once per shape with its reason) and the decoder runs the same
-static step eagerly or the plain path. Hooks are the decoder's business (decoders.py): it asks
-before every token and takes the plain path while one is attached.
+When not: `acquire` raises GraphsUnavailable with the reason (a CPU; another generation using this
+model's step now; a forward hook attached when a capture would be needed, since its Python would
+run in the warm-up and its ops be captured; a capture that failed, logged as a warning once per
+shape) and the generation runs the plain path. Hooks attached while a kept step serves are the
+decoder's business (decoders.py): it asks before every token and takes the plain path while one is.
 """
 from __future__ import annotations
 
