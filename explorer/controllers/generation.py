@@ -48,6 +48,7 @@ class _Run:
     produced: int = 0  # tokens that arrived from the engine
     first_at: float | None = None
     last_at: float | None = None
+    capture_s: float = 0.0  # the first token's extra time: CUDA graphs captured for this shape
     end_reason: str = ""
     error: str = ""
 
@@ -272,6 +273,7 @@ class GenerationController(PanelController[GenerationView]):
         if run.first_at is None:
             run.first_at = at
         run.last_at = at
+        run.capture_s += token.capture_s
         run.shown += 1
         self.generated_ids.append(token.token)
         self.view.append_token(token.text, token.prob, token.alternatives)
@@ -282,6 +284,8 @@ class GenerationController(PanelController[GenerationView]):
         status = f"{run.shown} token{'s' if run.shown != 1 else ''}"
         if rate is not None:
             status += f" · {rate:.1f} tokens/s"
+        if run.capture_s > 0:
+            status += f" · first token +{run.capture_s:.2f} s to capture CUDA graphs (kept for the next run)"
         if final:
             status += f" · {run.end_reason or 'done'}"
             if run.error:

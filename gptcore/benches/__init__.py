@@ -5,7 +5,8 @@ tests); these modules may pull heavy references the library never needs at run t
 (transformers' own models, TransformerLens in another interpreter, nanoGPT's model.py).
 
 - `hf_compare`  — `python -m gptcore.bench`: forward+capture, decode, load, recount, patching and
-  a SmolLM2-shaped Llama against Hugging Face transformers (`patching`, `smollm2` hold two parts).
+  a SmolLM2-shaped Llama against Hugging Face transformers (`decode`, `patching`, `smollm2` hold three
+  parts; `decode` also the first token's CUDA graph capture and the app's streamed path, `--decode`).
 - `tl_check`    — `python -m gptcore.benches.tl_check`: DLA, patching and census against
   TransformerLens 4.x (run in an interpreter that has it); its random-GPT-2 builder is also the
   tests' HF oracle.

@@ -150,7 +150,12 @@ def check_finite(logits: torch.Tensor, vocab_limit: int, position: int | None = 
     """Raise GenerationError when the usable logits hold NaN or +inf: sampling from them
     would return garbage silently (softmax gives NaN, argmax picks the NaN)."""
     usable = logits.reshape(-1)[:vocab_limit]
-    top = float(usable.max())  # one pass: max propagates NaN, and +inf would be the max
+    check_largest_logit(float(usable.max()), position)  # one pass: max propagates NaN, +inf would be the max
+
+
+def check_largest_logit(top: float, position: int | None = None) -> None:
+    """check_finite's test, given the largest usable logit already read (a pick on the device
+    sends it back with the token: picking.py)."""
     if not top < float("inf"):  # False for NaN and for +inf
         where = f" at position {position}" if position is not None else ""
         raise GenerationError(

@@ -22,6 +22,7 @@ from torch.overrides import TorchFunctionMode
 
 from gptcore.model.config import GPTConfig
 from gptcore.model.hooks import HookedModule, HookPoint
+from gptcore.model.kv_cache import KVCache, StaticKVCache  # KVCache: importable from here as before
 from gptcore.model.linear import Linear, apply_linear, hooked  # Linear: nn.Linear with a guarded oneDNN fast path
 from gptcore.model.positions import RotaryPositions, SinusoidalPositions, apply_rotary
 
@@ -62,23 +63,6 @@ def make_norm(config: GPTConfig) -> nn.Module:
     return LayerNorm(config.n_embd, config.bias, config.layer_norm_eps)
 
 
-class KVCache:
-    """Keys and values of every layer, preallocated to `block_size` so that decoding one
-    token writes in place instead of concatenating (which would copy the whole cache).
-    Holds the key/value heads only (grouped-query attention: n_head / n_kv_head times less);
-    keys are stored already rotated when positions are rotary."""
-
-    def __init__(self, config: GPTConfig, batch: int, device, dtype):
-        shape = (config.n_layer, batch, config.kv_heads, config.block_size, config.head_dim)
-        self.k = torch.empty(shape, device=device, dtype=dtype)  # (L, B, nkv, block, hs)
-        self.v = torch.empty(shape, device=device, dtype=dtype)
-        self.length = 0  # positions filled; the next token sits at position `length`
-        self.capacity = config.block_size
-
-    def reset(self) -> None:
-        self.length = 0
-
-
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention; with n_kv_head < n_head, grouped-query: query head h
     reads key/value head h // (n_head / n_kv_head), as in Llama. `c_attn` computes queries,
@@ -111,7 +95,7 @@ class CausalSelfAttention(nn.Module):
     def wants_pattern(self) -> bool:
         return self.hook_pattern.active or self.hook_attn_scores.active
 
-    def forward(self, x: torch.Tensor, kv_cache: KVCache | None = None,
+    def forward(self, x: torch.Tensor, kv_cache: KVCache | StaticKVCache | None = None,
                 rotary: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """x (B, T, C); `rotary` = (cos, sin), each (T, hs), for rotary positions."""
         B, T, C = x.shape
@@ -127,15 +111,14 @@ class CausalSelfAttention(nn.Module):
         k = k.transpose(1, 2)  # (B, nkv, T, hs)
         v = self.hook_v(v.view(B, T, nkv, hs)).transpose(1, 2)  # (B, nkv, T, hs)
 
-        past = 0
+        past, allowed = 0, None  # allowed: (T, S) visible key slots, for a static cache's whole block
         if kv_cache is not None:
-            past = kv_cache.length
-            i = self.layer_index
-            kv_cache.k[i, :B, :, past:past + T] = k
-            kv_cache.v[i, :B, :, past:past + T] = v
-            k = kv_cache.k[i, :B, :, :past + T]  # (B, nkv, S, hs)
-            v = kv_cache.v[i, :B, :, :past + T]  # (B, nkv, S, hs)
-        S = past + T
+            if isinstance(kv_cache, StaticKVCache):
+                allowed = kv_cache.allowed
+            else:
+                past = kv_cache.length
+            k, v = kv_cache.update(self.layer_index, k, v)  # (B, nkv, S, hs) each
+        S = k.shape[2]
         p_drop = self.dropout if self.training else 0.0
         grouped = nkv != nh  # SDPA shares each key/value head with its group of query heads
 
@@ -151,11 +134,14 @@ class CausalSelfAttention(nn.Module):
             # Scaled and masked in place: the product is a fresh tensor, and two fewer (B, nh, T, S)
             # temporaries per layer is what this path costs above the fused one (issue 34).
             scores = q32 @ k32.transpose(-2, -1)  # (B, nh, T, S)
-            scores.mul_(1.0 / math.sqrt(hs)).masked_fill_(_future_mask(T, S, past, x.device), float("-inf"))
+            hidden = _future_mask(T, S, past, x.device) if allowed is None else ~allowed  # (T, S)
+            scores.mul_(1.0 / math.sqrt(hs)).masked_fill_(hidden, float("-inf"))
             scores = self.hook_attn_scores(scores)  # (B, nh, T, S)
             pattern = self.hook_pattern(F.softmax(scores, dim=-1))  # (B, nh, T, S)
             y = self.attn_dropout(pattern) @ (v.float() if low else v)  # (B, nh, T, hs)
             y = y.to(q.dtype)
+        elif allowed is not None:  # static shapes: the whole block, slots not visible masked
+            y = _fused_attention(q, k, v, attn_mask=kv_cache.bias, dropout_p=p_drop, enable_gqa=grouped)
         elif past == 0:
             y = _fused_attention(q, k, v, dropout_p=p_drop, is_causal=True, enable_gqa=grouped)
         elif T == 1:  # one query sees all keys
@@ -175,6 +161,9 @@ def _fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs
     T 64, head 32, forward + backward: 10 ms in bf16 vs 3 ms in fp32, AMD EPYC with avx512_bf16),
     while the matrix products around it are 2.5x faster in bf16. fp32 is also the safer softmax."""
     if q.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+        mask = kwargs.get("attn_mask")
+        if mask is not None and mask.is_floating_point():
+            kwargs["attn_mask"] = mask.float()  # an additive mask must match the query's dtype
         with torch.autocast("cpu", enabled=False):
             return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), **kwargs)  # (B, nh, T, hs)
     return F.scaled_dot_product_attention(q, k, v, **kwargs)  # (B, nh, T, hs)
@@ -257,7 +246,7 @@ class Block(nn.Module):
         self.hook_mlp_out = HookPoint()
         self.hook_resid_post = HookPoint()
 
-    def forward(self, x: torch.Tensor, kv_cache: KVCache | None = None, rotary=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, kv_cache: KVCache | StaticKVCache | None = None, rotary=None) -> torch.Tensor:
         x = self.hook_resid_pre(x)  # (B, T, C)
         if self.pre_ln:  # GPT-2: x + f(LN(x))
             a = self.hook_attn_out(self.attn(self.ln1(x), kv_cache, rotary))
@@ -352,23 +341,30 @@ class GPT(HookedModule):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())  # shared tensors counted once
 
-    def new_kv_cache(self, batch: int = 1) -> KVCache:
-        return KVCache(self.config, batch, self.device, self.dtype)
+    def new_kv_cache(self, batch: int = 1, zeroed: bool = False) -> KVCache:
+        return KVCache(self.config, batch, self.device, self.dtype, zeroed=zeroed)
 
-    def forward(self, idx: torch.Tensor, kv_cache: KVCache | None = None, logits: str | None = "all"):
+    def forward(self, idx: torch.Tensor, kv_cache: KVCache | StaticKVCache | None = None, logits: str | None = "all"):
         """idx (B, T) token ids -> logits (B, T, vocab); `logits="last"` gives (B, 1, vocab)
-        and `logits=None` skips the head (a capture run that only reads hook points)."""
+        and `logits=None` skips the head (a capture run that only reads hook points).
+        A `KVCache` is written at its `length`, which moves on by T; a `StaticKVCache` at its
+        device-side `position`, which its owner moves (kv_cache.py: what a CUDA graph replays)."""
         if idx.dim() != 2:
             raise ValueError(f"idx must be (batch, tokens) token ids, got shape {tuple(idx.shape)}; "
                              "for one sequence pass idx[None]")
         B, T = idx.shape
-        past = kv_cache.length if kv_cache is not None else 0
-        if past + T > self.config.block_size:
-            raise ValueError(
-                f"sequence of {past + T} tokens is longer than block_size={self.config.block_size}; "
-                f"crop the input to its last {self.config.block_size} tokens"
-            )
-        pos = torch.arange(past, past + T, device=idx.device)  # (T,)
+        static = isinstance(kv_cache, StaticKVCache)
+        if static:
+            # Positions on the device (graphable): its owner keeps them inside the block.
+            pos = kv_cache.positions(T)  # (T,)
+        else:
+            past = kv_cache.length if kv_cache is not None else 0
+            if past + T > self.config.block_size:
+                raise ValueError(
+                    f"sequence of {past + T} tokens is longer than block_size={self.config.block_size}; "
+                    f"crop the input to its last {self.config.block_size} tokens"
+                )
+            pos = torch.arange(past, past + T, device=idx.device)  # (T,)
         tok = self.hook_embed(self.embed(idx))  # (B, T, C)
         rotary = None
         if self.config.pos_embedding == "rope":
@@ -379,7 +375,7 @@ class GPT(HookedModule):
             x = self.drop(tok + pos_emb)  # (B, T, C)
         for block in self.blocks:
             x = block(x, kv_cache, rotary)
-        if kv_cache is not None:
+        if kv_cache is not None and not static:
             kv_cache.length = past + T
         if logits is None:
             return None

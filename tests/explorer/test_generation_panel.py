@@ -13,7 +13,7 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QTextCursor
 
 from explorer.controllers.base import PanelPage
-from explorer.controllers.generation import LOGITS_KEY, GenerationController
+from explorer.controllers.generation import LOGITS_KEY, GenerationController, _Run
 from explorer.views.generation.sampling_controls import top_k_ladder
 from explorer.widgets.token_stream import format_prob, probability_colour
 from gptcore.generation.streaming import generate
@@ -86,6 +86,17 @@ def test_greedy_settings_equal_gptcore_greedy(qtbot, pane, settings):
     got = generate_and_wait(qtbot, pane, max_new_tokens=10, seed=5, **settings)
     assert got == direct
     assert pane.last_run.end_reason == "done"
+
+
+def test_the_status_says_when_the_first_token_paid_a_graph_capture(qtbot, pane):
+    """On CUDA the first token of a new shape waits for the CUDA graphs to be captured (gptcore reports
+    the seconds with that token): the status says so beside the rate. On this CPU nothing is captured,
+    and a real run's status says nothing of it."""
+    generate_and_wait(qtbot, pane, max_new_tokens=4, temperature=0)
+    assert pane.last_run.capture_s == 0 and "capture" not in pane.view.stream_status.text()
+    run = _Run(max_new_tokens=3, shown=3, produced=3, first_at=10.0, last_at=10.5, capture_s=0.42, end_reason="done")
+    status = pane._status_text(run, final=True)
+    assert "first token +0.42 s to capture CUDA graphs" in status and status.endswith("done")
 
 
 def test_stop_halts_within_one_step(qtbot, pane):

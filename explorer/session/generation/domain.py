@@ -105,15 +105,18 @@ class GenerationDomain:
                              top_p=settings.get("top_p"), repetition_penalty=settings.get("repetition_penalty", 1.0),
                              seed=settings.get("seed"), n_alternatives=int(settings.get("n_alternatives", 8)),
                              cancel=cancel)
-        while True:
-            with self.core.lock:
-                if self.core.version != version:
+        try:
+            while True:
+                with self.core.lock:
+                    if self.core.version != version:
+                        return
+                    step = next(steps, None)
+                if step is None:
                     return
-                step = next(steps, None)
-            if step is None:
-                return
-            # Multi-byte characters split over tokens (emoji) appear with the token that completes them.
-            text = decoder.decode(tok.token_bytes(step.token))
-            alternatives = tuple((tok.token_str(t), p) for t, p in step.alternatives)
-            yield GeneratedToken(token=step.token, text=text, prob=step.prob, alternatives=alternatives,
-                                 position=step.position)
+                # Multi-byte characters split over tokens (emoji) appear with the token that completes them.
+                text = decoder.decode(tok.token_bytes(step.token))
+                alternatives = tuple((tok.token_str(t), p) for t, p in step.alternatives)
+                yield GeneratedToken(token=step.token, text=text, prob=step.prob, alternatives=alternatives,
+                                     position=step.position, capture_s=step.capture_s)
+        finally:
+            steps.close()  # now, not when collected: a CUDA graph captured for the model is free for the next run

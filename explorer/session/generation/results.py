@@ -48,5 +48,6 @@ class GeneratedToken:
     prob: float  # after the settings: what it was drawn with
     alternatives: tuple[tuple[str, float], ...]  # (token text, probability), most likely first, incl. this token
     position: int
+    capture_s: float = 0.0  # seconds this token spent capturing CUDA graphs first (the first of a new shape only)
 
 
