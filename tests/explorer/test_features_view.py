@@ -342,13 +342,13 @@ def test_clear_results_empties_everything_model_derived(panel):
     assert panel.prompt_text() == "abc"  # the user's text is not the model's
 
 
-def test_export_menu_asks_for_each_csv(qtbot, panel):
+def test_export_menu_asks_for_each_csv_and_json(qtbot, panel):
     actions = panel.export_button.menu().actions()
     kinds = []
     panel.exportRequested.connect(kinds.append)
     for action in actions:
         action.trigger()
-    assert kinds == ["table-csv", "contexts-csv"]
+    assert kinds == ["table-csv", "contexts-csv", "saedashboard-json", "neuronpedia-json"]
 
 
 def test_csv_exports_carry_the_metadata_and_what_is_on_screen(tmp_path, qtbot, panel):
