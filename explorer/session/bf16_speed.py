@@ -6,8 +6,9 @@ Why: CPU flags said "no avx512_bf16 nor AMX, so bf16 would be slower" on a machi
 small decoded at 62 tok/s in bf16 against 33 in fp32 (issue 34). What is measured is a short stream
 of tokens through generation's own loop (gptcore/generation/decode_timing.py: the model and the
 sampler, not the window's drawing), since one decode step alone promised more than streaming gave
-(issue 39: 35 against 28 tok/s for one step, ~10 % faster for 50 streamed tokens). It takes 2-3 s for
-GPT-2 small on 2 CPU cores, runs on the compute thread at the first use for a shape, and is then read
+(issue 39: 35 against 28 tok/s for one step, ~10 % faster for 50 streamed tokens). It takes a few seconds
+for GPT-2 small on a CPU (4.6-5.0 s on one thread of a loaded 2-core AMD EPYC), runs on the compute thread
+at the first use for a shape, and is then read
 from the cache: keyed by the CPU's model name (the GPU's on CUDA), torch's version (its kernels change
 between releases) and the shape, so another machine, torch or model measures again. Entries of an
 older measurement (one decode step) are measured again. A cache that cannot be read or written costs

@@ -12,9 +12,9 @@ What bf16 changes, and what it does not (issue 28):
   model too (the copy would not be ablated); `describe()` says so.
 - bf16 is offered wherever it is measured faster (issue 34): the first time bf16 is chosen for a
   model shape, a short stream of tokens is timed in both dtypes on the compute thread (bf16_speed.py;
-  2-3 s for GPT-2 small; a stream, not one decode step, issue 39) and remembered per machine, torch
-  version and shape, with the memory the bf16 copy holds (its weights, and oneDNN's packed copies of
-  them where the CPU has native bf16: for GPT-2 small about 0.46 GiB beside the fp32 weights). CPU flags
+  a few seconds for GPT-2 small; a stream, not one decode step, issue 39) and remembered per machine,
+  torch version and shape, with the memory the bf16 copy holds (its weights, and oneDNN's packed copies
+  of them where the CPU has native bf16: 473 MiB for GPT-2 small, 237 + 236). CPU flags
   decide nothing here: a CPU without avx512_bf16 or AMX decoded GPT-2 small at 62 tok/s in bf16
   against 33 in fp32. Where bf16 is measured slower, `set("bf16")` refuses with both figures
   (Bf16Slower); a model loaded later whose shape is measured slower generates in fp32, and

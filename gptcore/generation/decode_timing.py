@@ -8,15 +8,15 @@ kernels and the model's shape, so the explorer asks this module before it offers
 
 What is timed is a stream (issue 39): `tokens` tokens drawn by `gptcore.generate` itself — each one
 forward with the KV cache (logits of the last position only, under inference_mode, through the model's
-own layers: oneDNN or F.linear for fp32, packed_bf16.py's packed weights for bf16) plus the sampler
-(the fp32 softmax over the vocabulary, the draw, the alternatives the Generation panel lists). One decode
-step alone overstated the gain: the sampler's work per token is the same in both dtypes, so on GPT-2
-small one step ran 1.25x faster in bf16 (35 against 28 tok/s) while 50 streamed tokens ran ~1.1x. The
-first token of each stream (the prompt's forward) is not counted. What the window adds per token
-(drawing the token and the bars) is not in it: a stream in the app is that much slower in both dtypes.
-One short warm-up stream each (oneDNN builds its primitives and packs bf16 weights at the first one-row
-call), then the two models alternately, best of `rounds`: a burst of load from another process lands on
-both sides, and the minimum is the least disturbed. GPT-2 small on 2 CPU cores: 2-3 s in all.
+own layers: oneDNN or F.linear for fp32, packed_bf16.py's packed weights for bf16) plus what generation
+does around it per token (the fp32 softmax over the vocabulary, the draw, the alternatives the Generation
+panel lists). One decode step alone promised more than users saw: issue 39 measured GPT-2 small at 35
+against 28 tok/s for one step, and 50 tokens streamed in the window only ~10 % faster in bf16. The first
+token of each stream (the prompt's forward) is not counted. What the window adds per token (drawing the
+token and the bars) is not in it either, and is the same in both dtypes. One short warm-up stream each
+(oneDNN builds its primitives and packs bf16 weights at the first one-row call), then the two models
+alternately, best of `rounds`: a burst of load from another process lands on both sides, and the minimum
+is the least disturbed. GPT-2 small, one thread on a loaded 2-core AMD EPYC: 4.6-5.0 s in all.
 """
 from __future__ import annotations
 
