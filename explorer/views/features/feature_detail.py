@@ -78,6 +78,9 @@ class TokenList(QWidget):
         super().__init__(parent)
         self.list = QListWidget()
         self.list.setToolTip(tip)
+        # narrow (900 px): each row keeps its token's start and its value, "␣Poti…  +0.01", never a scroll bar
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.list.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         heading = QLabel(f"<b>{title}</b>")
         heading.setToolTip(tip)
         box = QVBoxLayout(self)
@@ -89,6 +92,8 @@ class TokenList(QWidget):
     def set_rows(self, rows) -> None:
         self.list.clear()
         self.list.addItems([f"{visible_token(str(t))}  {float(v):+.2f}" for t, v in rows])
+        for i in range(self.list.count()):  # the whole row on hover, where it is elided
+            self.list.item(i).setToolTip(self.list.item(i).text())
 
     def texts(self) -> list[str]:
         return [self.list.item(i).text() for i in range(self.list.count())]
