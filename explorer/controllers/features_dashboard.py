@@ -30,7 +30,6 @@ class FeatureDashboardPart:
         table, session = self.table, self.ctx.session
         if table is None or not 0 <= feature < len(table.density):
             return
-        self.view.set_density_marker(float(table.density[feature]))
         before, after = self.view.context_width()
         self.submit(DASHBOARD_KEY, lambda token, _p: session.features.dashboard(int(feature), before, after),
                     on_result=self._show_dashboard, on_error=self._dashboard_failed)
@@ -42,8 +41,9 @@ class FeatureDashboardPart:
     def _show_dashboard(self, dash) -> None:
         self.dashboard = dash
         groups = [(g.name, [(list(e.tokens), e.acts, e.qualifying) for e in g.examples]) for g in dash.groups]
-        self.view.set_examples(dash.feature, groups)
-        self.view.set_neighbours(dash.feature, dash.neighbour_ids, dash.neighbour_cosines, list(dash.neighbour_labels))
+        density = float(self.table.density[dash.feature]) if self.table is not None else 0.0
+        self.view.set_dashboard(dash.feature, density, groups, dash.neighbour_ids, dash.neighbour_cosines,
+                                list(dash.neighbour_labels))
         self.dashboarded.emit(dash)
 
     def _dashboard_failed(self, exc: BaseException) -> None:

@@ -430,7 +430,7 @@ def test_example_groups_replace_the_top_contexts_with_headings_and_the_picked_to
     _table(panel)
     _feature(panel, 5)
     d = panel.detail
-    panel.set_examples(5, _groups())
+    panel.set_dashboard(5, 0.01, _groups(), [], [], [])
     text = d.context_view.toPlainText()
     assert "top 2 activations (max 3)" in text and "activation 0–1.5 · 1 % of tokens" in text
     assert "(no token in this range)" in text  # an empty interval says so
@@ -438,7 +438,7 @@ def test_example_groups_replace_the_top_contexts_with_headings_and_the_picked_to
     assert [float(line.split("│")[0]) for line in lines] == [3.0, 2.0, 0.5]  # the picked token's value, not the peak
     _feature(panel, 5)  # the same feature's detail again (a table measured anew): its groups stay
     assert "top 2 activations" in d.context_view.toPlainText()
-    panel.set_examples(6, _groups())  # another feature's dashboard before its detail: kept until it is shown
+    panel.set_dashboard(6, 0.01, _groups(), [], [], [])  # another feature's dashboard before its detail: kept until it is shown
     assert d.examples.groups and "Feature 5" in d.title.text()
     _feature(panel, 6)
     assert "top 2 activations" in d.context_view.toPlainText() and d.feature == 6
@@ -447,7 +447,7 @@ def test_example_groups_replace_the_top_contexts_with_headings_and_the_picked_to
 def test_the_examples_csv_names_each_rows_group_and_picked_token(tmp_path, panel):
     _table(panel)
     _feature(panel, 5)
-    panel.set_examples(5, _groups())
+    panel.set_dashboard(5, 0.01, _groups(), [], [], [])
     path = tmp_path / "x.csv"
     assert panel.export_contexts_csv(str(path), {})
     rows = path.read_text(encoding="utf-8").splitlines()
@@ -465,7 +465,7 @@ def test_the_context_width_asks_and_is_read(qtbot, panel):
 def test_a_nearest_features_row_selects_it(qtbot, panel):
     _table(panel)
     _feature(panel, 5)
-    panel.set_neighbours(5, np.array([7, 2]), np.array([0.61234, -0.2]), ["tok7", ""])
+    panel.set_dashboard(5, 0.01, [], np.array([7, 2]), np.array([0.61234, -0.2]), ["tok7", ""])
     assert panel.detail.neighbours.rows() == [("7", "+0.612", "tok7"), ("2", "-0.200", "—")]
     with qtbot.waitSignal(panel.featureSelected) as blocker:
         panel.detail.neighbours.table.cellClicked.emit(0, 2)
@@ -487,9 +487,11 @@ def test_the_density_histogram_marks_dead_dense_and_the_selected_feature(panel):
     caption = chart.caption.text()
     assert "40 features on 1,000 held-out tokens" in caption and "9 dead" in caption and "22.5%" in caption
     assert "11 dense" in caption and "10%" in caption
-    panel.set_density_marker(0.01)
+    _table(panel)
+    _feature(panel, 5)
+    panel.set_dashboard(5, 0.01, [], [], [], [])  # the selected feature's place
     assert chart.marker_position() == pytest.approx(-2.0)
-    panel.set_density_marker(0.0)  # a dead feature: on the dead bar
+    panel.set_dashboard(5, 0.0, [], [], [], [])  # a dead feature: on the dead bar
     assert chart.dead_bar.opts["x0"][0] <= chart.marker_position() <= chart.dead_bar.opts["x1"][0]
     panel.clear_results("gone")
     assert chart.marker_position() is None and chart.caption.text() == ""

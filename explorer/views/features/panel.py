@@ -168,17 +168,14 @@ class FeaturesPanel(QWidget):
         """Every feature's log10(density) histogram (edges (B+1,), counts (B,)); dead and dense counted."""
         self.density.set_density(edges, counts, dead, dense, dense_at, features, tokens)
 
-    def set_density_marker(self, density: float | None) -> None:
-        """Where the selected feature sits on the density histogram (None: nowhere)."""
+    def set_dashboard(self, feature: int, density: float, groups: list, neighbour_ids: np.ndarray,
+                      neighbour_cosines: np.ndarray, neighbour_labels: list) -> None:
+        """`feature`'s place on the density histogram, its example groups — (heading, [(tokens, activations
+        (n,), index of the token it was picked for)]) pairs — and its nearest features by decoder cosine,
+        most similar first. Shown once `feature` is (a dashboard may come before its detail)."""
         self.density.set_marker(density)
-
-    def set_examples(self, feature: int, groups: list) -> None:
-        """`groups`: (heading, [(tokens, activations (n,), index of the token it was picked for)]) pairs."""
         self.detail.set_examples(feature, groups)
-
-    def set_neighbours(self, feature: int, ids: np.ndarray, cosines: np.ndarray, labels: list) -> None:
-        """The features nearest `feature` by decoder cosine, most similar first."""
-        self.detail.set_neighbours(feature, ids, cosines, labels)
+        self.detail.set_neighbours(feature, neighbour_ids, neighbour_cosines, neighbour_labels)
 
     def context_width(self) -> tuple[int, int]:
         """(before, after): tokens of context asked for around each example's token."""
