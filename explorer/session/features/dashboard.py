@@ -92,7 +92,7 @@ def example_groups(acts: np.ndarray, flat_ids: np.ndarray, seq_len: int, before:
     edges = np.linspace(0.0, peak, INTERVALS + 1)
     for i in reversed(range(INTERVALS)):
         lo, hi = float(edges[i]), float(edges[i + 1])
-        inside = np.flatnonzero((acts > lo) & (acts <= hi)) if i < INTERVALS - 1 else np.flatnonzero(acts > lo)
+        inside = np.flatnonzero((acts > lo) & (acts <= hi))  # linspace ends exactly at the peak
         share = inside.size / n
         groups.append(ExampleGroup("interval", f"activation {lo:.3g}–{hi:.3g} · {_share(share)} of tokens",
                                    lo, hi, share, examples(draw(inside, PER_INTERVAL))))
