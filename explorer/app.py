@@ -38,9 +38,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "without it the window asks, and --screenshot exits 2")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where the model runs")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"],
-                   help="generation precision: bf16 runs generation from a bf16 copy of the weights wherever one "
-                        "decode step is measured faster in bf16 (timed once per machine, torch and model shape; "
-                        "refused with both speeds where slower); every other panel stays fp32 (also in the View menu)")
+                   help="generation precision: bf16 runs generation from a bf16 copy of the weights (memory beside "
+                        "the fp32 ones) wherever streamed tokens are measured faster in bf16 (a short stream timed "
+                        "once per machine, torch and model shape; refused with both speeds where slower); every "
+                        "other panel stays fp32 (also in the View menu, with the speeds and the copy's memory)")
     p.add_argument("--panel", choices=panel_names(), help="panel to show first")
     p.add_argument("--prompt", help="initial prompt for the panels that take one")
     p.add_argument("--run", metavar="DIR", help="a training run folder (python -m gptcore.train's --out_dir) for "

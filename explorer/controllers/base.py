@@ -215,7 +215,8 @@ class PanelController(QObject, Generic[ViewT]):
 
     # -- exports: the one entry point ---------------------------------------------------------------
     FILE_FILTERS = {"png": "PNG image (*.png)", "svg": "SVG image (*.svg)", "csv": "CSV (*.csv)",
-                    "npz": "NumPy archive (*.npz)", "pt": "nanoGPT checkpoint (*.pt)"}
+                    "npz": "NumPy archive (*.npz)", "pt": "nanoGPT checkpoint (*.pt)",
+                    "json": "JSON (*.json)"}
 
     def export_with_dialog(self, suggested_name: str, write, show_error) -> None:
         """Ask where (in the folder last used), then `export_to`. The filter follows the suggested

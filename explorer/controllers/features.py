@@ -19,6 +19,7 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from explorer.controllers.base import PanelController
+from explorer.controllers.features_dashboard import DASHBOARD_KEY, JSON_KINDS, FeatureDashboardPart
 from explorer.controllers.features_training import KEYS, FeatureTraining
 from explorer.controllers.live import LiveRequest
 from explorer.session.events import ModelSwapped
@@ -36,11 +37,12 @@ METRIC_WORDS = {
 }
 
 
-class FeaturesController(FeatureTraining, PanelController[FeaturesView]):
+class FeaturesController(FeatureTraining, FeatureDashboardPart, PanelController[FeaturesView]):
     drawn = Signal(object)  # the FeatureTable just drawn (tests)
     detailed = Signal(object)  # the FeatureDetail just drawn
+    dashboarded = Signal(object)  # the FeatureDashboard just drawn
     view_class = FeaturesPanel
-    task_keys = tuple(KEYS.values())
+    task_keys = tuple(KEYS.values()) + (DASHBOARD_KEY,)
     background_keys = (KEYS["train"], KEYS["over"])  # trainings the user started go on behind another tab
 
     def __init__(self, ctx, view: FeaturesView, parent: QObject | None = None, debounce_ms: int = DEBOUNCE_MS):
@@ -59,7 +61,8 @@ class FeaturesController(FeatureTraining, PanelController[FeaturesView]):
                              (view.cancelRequested, lambda: self.ctx.runner.cancel(KEYS["train"])),
                              (view.browseRequested, self._browse), (view.featureSelected, self.select),
                              (view.tokenClicked, self.show_token), (view.editRequested, self.edit),
-                             (view.resetEditsRequested, self.reset_edits), (view.exportRequested, self._export_dialog)):
+                             (view.resetEditsRequested, self.reset_edits), (view.exportRequested, self._export_dialog),
+                             (view.contextChanged, self._context_changed)):
             signal.connect(slot)
         view.promptChanged.connect(lambda _text: self.live.poke())
         view.set_prompt_text(DEFAULT_PROMPT)
@@ -79,7 +82,7 @@ class FeaturesController(FeatureTraining, PanelController[FeaturesView]):
 
     def invalidate(self, event) -> None:
         if isinstance(event, ModelSwapped):
-            self.table = self.detail = self.prompt_result = self.selected = None
+            self.table = self.detail = self.prompt_result = self.selected = self.dashboard = None
             self._offered = False
             self.view.clear_results(event.reason)
             self.wanted = ("neurons", 0, "resid")  # the new model's own saved SAE, else its neurons
@@ -131,6 +134,7 @@ class FeaturesController(FeatureTraining, PanelController[FeaturesView]):
         self.table = table
         self.view.set_source(table.source.kind, table.source.layer, table.source.site)
         self.view.set_table(table.ids, table.density, table.max_act, table.logit_effect, list(table.labels))
+        self._show_density(table)
         self.view.set_metrics(metrics_html(table))
         self.view.set_status(f"{table.source.describe()} · {table.tokens:,} held-out tokens of {table.corpus}")
         self.view.set_edits(self.ctx.session.interp.ablation.features_text())
@@ -150,6 +154,7 @@ class FeaturesController(FeatureTraining, PanelController[FeaturesView]):
         session, self.selected = self.ctx.session, int(feature)
         self.submit(KEYS["detail"], lambda token, _p: session.features.detail(int(feature)),
                     on_result=self._show_detail, on_error=self._detail_failed)
+        self._ask_dashboard(int(feature))
         self.live.now()  # the prompt's chips follow the selected feature
 
     def _show_detail(self, detail) -> None:
@@ -238,6 +243,8 @@ class FeaturesController(FeatureTraining, PanelController[FeaturesView]):
         def write(path: str):
             if self.table is None:
                 raise ValueError("nothing to export yet: wait for the feature table")
+            if kind in JSON_KINDS:
+                return self._json_writer(kind)(path)
             if kind == "table-csv":
                 return self.view.export_table_csv(path, self.export_meta())
             return self.view.export_contexts_csv(path, self.export_meta())
@@ -245,7 +252,8 @@ class FeaturesController(FeatureTraining, PanelController[FeaturesView]):
         return write
 
     def _export_dialog(self, kind: str) -> None:
-        name = "features.csv" if kind == "table-csv" else "feature-contexts.csv"
+        name = ("features.csv" if kind == "table-csv" else self._json_name(kind) if kind in JSON_KINDS
+                else "feature-contexts.csv")
         self.export_with_dialog(name, self._writer(kind), self.view.set_error)
 
 

@@ -11,8 +11,10 @@ What bf16 changes, and what it does not (issue 28):
 - An ablation lives as hooks on the fp32 model, so while one is active generation uses the fp32
   model too (the copy would not be ablated); `describe()` says so.
 - bf16 is offered wherever it is measured faster (issue 34): the first time bf16 is chosen for a
-  model shape, one decode step is timed in both dtypes on the compute thread (bf16_speed.py; well
-  under a second for GPT-2 small) and remembered per machine, torch version and shape. CPU flags
+  model shape, a short stream of tokens is timed in both dtypes on the compute thread (bf16_speed.py;
+  a few seconds for GPT-2 small; a stream, not one decode step, issue 39) and remembered per machine,
+  torch version and shape, with the memory the bf16 copy holds (its weights, and oneDNN's packed copies
+  of them where the CPU has native bf16: 473 MiB for GPT-2 small, 237 + 236). CPU flags
   decide nothing here: a CPU without avx512_bf16 or AMX decoded GPT-2 small at 62 tok/s in bf16
   against 33 in fp32. Where bf16 is measured slower, `set("bf16")` refuses with both figures
   (Bf16Slower); a model loaded later whose shape is measured slower generates in fp32, and
@@ -41,9 +43,10 @@ EmulatedBf16 = Bf16Slower  # issue 28's name for the refusal
 
 def slower_message(speed: DecodeSpeed) -> str:
     """The refusal's one reason, with both figures (the caller says what happens instead)."""
-    return (f"bf16 is not used: one decode step of this model took {speed.bf16_ms:.1f} ms in bf16 against "
+    return (f"bf16 is not used: a streamed token of this model took {speed.bf16_ms:.1f} ms in bf16 against "
             f"{speed.fp32_ms:.1f} ms in fp32 ({speed.tok_s(speed.bf16_ms):.1f} against "
-            f"{speed.tok_s(speed.fp32_ms):.1f} tokens/s; {speed.where()}), so bf16 would make generation slower.")
+            f"{speed.tok_s(speed.fp32_ms):.1f} tokens/s over {speed.tokens} tokens; {speed.where()}), so bf16 would "
+            f"make generation slower.")
 
 
 class GenerationPrecision:
@@ -124,7 +127,8 @@ class GenerationPrecision:
     def describe(self, info_dtype: str) -> tuple[str, str]:
         """(status-bar text, tooltip) for the dtype field, with the measured speeds where known."""
         speed = self.known_speed()
-        measured = (f"\n\nOne decode step: {speed.figures()} ({speed.where()})." if speed is not None else
+        measured = (f"\n\n{speed.what()}: {speed.figures()} ({speed.where()})."
+                    + (f" In bf16, {speed.memory()}." if speed.memory() else "") if speed is not None else
                     "\n\nbf16's speed here is measured when it is chosen (View ▸ Generation precision).")
         if self.name == "fp32":
             return info_dtype, f"weights and every computation in {info_dtype}{measured}"

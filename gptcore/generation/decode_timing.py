@@ -1,4 +1,4 @@
-"""How long one decode step takes, in fp32 and in bf16, on this machine, for this model's shape.
+"""How fast generation streams tokens, in fp32 and in bf16, on this machine, for this model's shape.
 
 Why measure instead of reading CPU flags: decoding feeds one token through every weight, so it is
 bound by the memory's speed, and bf16 halves the bytes. A CPU without avx512_bf16 or AMX still
@@ -6,13 +6,17 @@ decoded GPT-2 small faster in bf16 (AMD EPYC without avx512: 62 tok/s bf16 again
 issue 34), while bf16 *training* there was 10x slower. What wins depends on the CPU, torch's
 kernels and the model's shape, so the explorer asks this module before it offers bf16.
 
-What is timed is what generation runs (streaming.py's step): one new token through the model with
-a KV cache already holding a few tokens, logits of the last position only, under inference_mode,
-through the model's own layers (linear.py picks oneDNN or F.linear for fp32, packed_bf16.py's
-packed weights for bf16 where available). One warm-up step each (oneDNN builds its primitives and
-packs bf16 weights at the first one-row call), then the two models alternately, best of `rounds`:
-a burst of load from another process lands on both sides, and the minimum is the least disturbed.
-GPT-2 small: about 8 steps of 15-60 ms, well under a second.
+What is timed is a stream (issue 39): `tokens` tokens drawn by `gptcore.generate` itself — each one
+forward with the KV cache (logits of the last position only, under inference_mode, through the model's
+own layers: oneDNN or F.linear for fp32, packed_bf16.py's packed weights for bf16) plus what generation
+does around it per token (the fp32 softmax over the vocabulary, the draw, the alternatives the Generation
+panel lists). One decode step alone promised more than users saw: issue 39 measured GPT-2 small at 35
+against 28 tok/s for one step, and 50 tokens streamed in the window only ~10 % faster in bf16. The first
+token of each stream (the prompt's forward) is not counted. What the window adds per token (drawing the
+token and the bars) is not in it either, and is the same in both dtypes. One short warm-up stream each
+(oneDNN builds its primitives and packs bf16 weights at the first one-row call), then the two models
+alternately, best of `rounds`: a burst of load from another process lands on both sides, and the minimum
+is the least disturbed. GPT-2 small, one thread on a loaded 2-core AMD EPYC: 4.6-5.0 s in all.
 """
 from __future__ import annotations
 
@@ -21,8 +25,11 @@ import time
 
 import torch
 
-CONTEXT = 4  # tokens already in the cache: decoding's shape without a long prompt's cost
-ROUNDS = 3
+from gptcore.generation.streaming import generate
+
+CONTEXT = 4  # prompt tokens: decoding's shape without a long prompt's cost
+STREAM_TOKENS = 12  # tokens timed per stream (after the first)
+ROUNDS = 2
 
 
 def _sync(device: torch.device) -> None:
@@ -30,46 +37,35 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-class _Stepper:
-    """One model with a KV cache filled with `context` tokens; `step()` feeds one more token
-    and rewinds the cache, so every step has the same length to attend over."""
-
-    def __init__(self, model, context: int):
-        self.model = model
-        self.context = min(context, model.config.block_size - 1)
-        vocab = model.config.vocab_size
-        ids = torch.arange(self.context + 1, device=model.device) % vocab  # (context + 1,)
-        self.prompt, self.next = ids[None, :self.context], ids[None, self.context:]  # (1, context), (1, 1)
-        self.cache = model.new_kv_cache(1)
-        if self.context:
-            model(self.prompt, kv_cache=self.cache, logits="last")  # (1, 1, V): the prompt's keys and values
-
-    def step(self) -> float:
-        self.cache.length = self.context
-        start = time.perf_counter()
-        self.model(self.next, kv_cache=self.cache, logits="last")  # (1, 1, V)
-        _sync(self.model.device)
-        return time.perf_counter() - start
+def _stream_seconds(model, prompt: list[int], tokens: int) -> float:
+    """Seconds per token of a stream of `tokens` tokens after the first (which carries the prompt's forward)."""
+    stream = generate(model, prompt, max_new_tokens=tokens + 1, temperature=1.0, seed=0)
+    next(stream)  # the prompt's forward and the first token: not what streaming costs per token
+    _sync(model.device)
+    start = time.perf_counter()
+    count = sum(1 for _step in stream)
+    _sync(model.device)
+    return (time.perf_counter() - start) / max(count, 1)
 
 
-def decode_step_seconds(fp32_model, bf16_model, *, context: int = CONTEXT,
-                        rounds: int = ROUNDS) -> tuple[float, float]:
-    """Best seconds of one decode step: (fp32_model's, bf16_model's). The models must have the
-    same config; their modes (train/eval) are left as they were."""
+def stream_seconds_per_token(fp32_model, bf16_model, *, tokens: int = STREAM_TOKENS, context: int = CONTEXT,
+                             rounds: int = ROUNDS) -> tuple[float, float]:
+    """Best seconds per streamed token: (fp32_model's, bf16_model's). The models must have the same
+    config; their modes (train/eval) are left as they were."""
     if fp32_model.config != bf16_model.config:
-        raise ValueError("decode_step_seconds compares two copies of one model: their configs differ")
+        raise ValueError("stream_seconds_per_token compares two copies of one model: their configs differ")
+    config = fp32_model.config
+    prompt = [i % config.vocab_size for i in range(max(1, min(context, config.block_size - 1)))]
     modes = [(m, m.training) for m in (fp32_model, bf16_model)]
     best = [math.inf, math.inf]
     try:
         for m, _ in modes:
-            m.eval()  # no dropout: the step generation runs
-        with torch.inference_mode():
-            steppers = [_Stepper(fp32_model, context), _Stepper(bf16_model, context)]
-            for s in steppers:
-                s.step()  # warm-up: primitives built, bf16 weights packed
-            for _ in range(max(1, rounds)):
-                for side, s in enumerate(steppers):
-                    best[side] = min(best[side], s.step())
+            m.eval()  # no dropout: the stream generation runs
+        for m, _ in modes:
+            _stream_seconds(m, prompt, 1)  # warm-up: primitives built, bf16 weights packed
+        for _ in range(max(1, rounds)):
+            for side, (m, _) in enumerate(modes):
+                best[side] = min(best[side], _stream_seconds(m, prompt, max(1, tokens)))
     finally:
         for m, training in modes:
             m.train(training)

@@ -117,3 +117,14 @@ def packed_weight(layer: torch.nn.Linear) -> torch.Tensor:
         packed = _reorder(w.detach())
     _packed[layer] = (key, packed)
     return packed
+
+
+def packed_bytes(model: torch.nn.Module) -> int:
+    """Bytes held by the packed copies of `model`'s layers made so far (0 where none were: a prompt's
+    rows, no native bf16, or no one-row call yet): the memory this path adds beside the bf16 weights."""
+    total = 0
+    for layer in model.modules():
+        cached = _packed.get(layer)
+        if cached is not None:
+            total += cached[1].numel() * cached[1].element_size()
+    return total

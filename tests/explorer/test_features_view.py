@@ -342,13 +342,13 @@ def test_clear_results_empties_everything_model_derived(panel):
     assert panel.prompt_text() == "abc"  # the user's text is not the model's
 
 
-def test_export_menu_asks_for_each_csv(qtbot, panel):
+def test_export_menu_asks_for_each_csv_and_json(qtbot, panel):
     actions = panel.export_button.menu().actions()
     kinds = []
     panel.exportRequested.connect(kinds.append)
     for action in actions:
         action.trigger()
-    assert kinds == ["table-csv", "contexts-csv"]
+    assert kinds == ["table-csv", "contexts-csv", "saedashboard-json", "neuronpedia-json"]
 
 
 def test_csv_exports_carry_the_metadata_and_what_is_on_screen(tmp_path, qtbot, panel):
@@ -406,9 +406,92 @@ def test_at_900_by_600_the_key_parts_fit(qtbot, panel):
              "prompt": panel.prompt.prompt, "chips": panel.prompt.chips, "train": panel.source.train,
              "cancel": panel.source.cancel, "progress": panel.source.progress, "export": panel.export_button,
              "clamp": panel.detail.edit_bar.clamp, "reset": panel.detail.edit_bar.reset,
-             "metrics": panel.metrics, "layer": panel.source.layer}
+             "metrics": panel.metrics, "layer": panel.source.layer, "context": panel.detail.examples.after,
+             "density tab": panel.left.tabBar()}
     clipped = [name for name, widget in parts.items() if not _inside(panel, widget)]
     assert not clipped
     header = panel.table.view.horizontalHeader()
     assert header.length() <= panel.table.view.viewport().width()  # every column in view, label included
-    assert panel.detail.context_view.height() >= 80 and panel.detail.histogram.plot_widget.height() >= 80
+    assert panel.detail.context_view.height() >= 80 and panel.detail.histogram.plot_widget.height() >= 90
+    tabs = panel.detail.tabs.tabBar()  # every tab's name whole: Examples, Over training, Nearest
+    assert all(tabs.tabRect(i).right() <= tabs.width() for i in range(tabs.count()))
+
+
+# -- the dashboard (issue 39) ---------------------------------------------------------------------------
+def _groups() -> list:
+    tokens = ["a", "q", "u", "e"]
+    return [("top 2 activations (max 3)", [(tokens, np.array([0.0, 3.0, 0.0, 0.0]), 1),
+                                           (tokens, np.array([0.0, 2.0, 0.5, 0.0]), 1)]),
+            ("activation 0–1.5 · 1 % of tokens", [(tokens, np.array([0.0, 2.0, 0.5, 0.0]), 2)]),
+            ("activation 1.5–3 · 0 % of tokens", [])]
+
+
+def test_example_groups_replace_the_top_contexts_with_headings_and_the_picked_token(panel):
+    _table(panel)
+    _feature(panel, 5)
+    d = panel.detail
+    panel.set_dashboard(5, 0.01, _groups(), [], [], [])
+    text = d.context_view.toPlainText()
+    assert "top 2 activations (max 3)" in text and "activation 0–1.5 · 1 % of tokens" in text
+    assert "(no token in this range)" in text  # an empty interval says so
+    lines = [line for line in text.splitlines() if "│" in line]
+    assert [float(line.split("│")[0]) for line in lines] == [3.0, 2.0, 0.5]  # the picked token's value, not the peak
+    _feature(panel, 5)  # the same feature's detail again (a table measured anew): its groups stay
+    assert "top 2 activations" in d.context_view.toPlainText()
+    panel.set_dashboard(6, 0.01, _groups(), [], [], [])  # another feature's dashboard before its detail: kept until it is shown
+    assert d.examples.groups and "Feature 5" in d.title.text()
+    _feature(panel, 6)
+    assert "top 2 activations" in d.context_view.toPlainText() and d.feature == 6
+
+
+def test_the_examples_csv_names_each_rows_group_and_picked_token(tmp_path, panel):
+    _table(panel)
+    _feature(panel, 5)
+    panel.set_dashboard(5, 0.01, _groups(), [], [], [])
+    path = tmp_path / "x.csv"
+    assert panel.export_contexts_csv(str(path), {})
+    rows = path.read_text(encoding="utf-8").splitlines()
+    assert rows[0] == "feature,context,position,token,activation,group,picked"
+    assert rows[2] == "5,0,1,q,3,top 2 activations (max 3),1" and len(rows) == 1 + 3 * 4
+
+
+def test_the_context_width_asks_and_is_read(qtbot, panel):
+    assert panel.context_width() == (12, 3)
+    with qtbot.waitSignal(panel.contextChanged) as blocker:
+        panel.detail.examples.after.setValue(8)
+    assert blocker.args == [12, 8] and panel.context_width() == (12, 8)
+
+
+def test_a_nearest_features_row_selects_it(qtbot, panel):
+    _table(panel)
+    _feature(panel, 5)
+    panel.set_dashboard(5, 0.01, [], np.array([7, 2]), np.array([0.61234, -0.2]), ["tok7", ""])
+    assert panel.detail.neighbours.rows() == [("7", "+0.612", "tok7"), ("2", "-0.200", "—")]
+    with qtbot.waitSignal(panel.featureSelected) as blocker:
+        panel.detail.neighbours.table.cellClicked.emit(0, 2)
+    assert blocker.args == [7] and panel.selected_feature() == 7
+    _feature(panel, 8)  # another feature: the old one's neighbours go until its own come
+    assert panel.detail.neighbours.rows() == []
+
+
+def test_the_density_histogram_marks_dead_dense_and_the_selected_feature(panel):
+    edges = np.linspace(-3.0, 0.0, 7)  # log10 density, 0.1 % to 100 %
+    counts = np.array([4, 3, 2, 1, 5, 6])
+    panel.set_density(edges, counts, 9, 11, 0.1, 40, 1000)
+    chart = panel.density
+    x0, h = np.asarray(chart.fired.opts["x0"]), np.asarray(chart.fired.opts["height"])
+    dense_x0 = np.asarray(chart.dense_bars.opts["x0"])
+    assert list(h) == [4, 3, 2, 1] and list(chart.dense_bars.opts["height"]) == [5, 6]  # right of 10 %: red
+    assert dense_x0.min() >= -1.0 and x0.max() < -1.0 and chart.dense_line.value() == pytest.approx(-1.0)
+    assert list(chart.dead_bar.opts["height"]) == [9] and chart.dead_bar.opts["x1"][0] < edges[0]  # left of one firing
+    caption = chart.caption.text()
+    assert "40 features on 1,000 held-out tokens" in caption and "9 dead" in caption and "22.5%" in caption
+    assert "11 dense" in caption and "10%" in caption
+    _table(panel)
+    _feature(panel, 5)
+    panel.set_dashboard(5, 0.01, [], [], [], [])  # the selected feature's place
+    assert chart.marker_position() == pytest.approx(-2.0)
+    panel.set_dashboard(5, 0.0, [], [], [], [])  # a dead feature: on the dead bar
+    assert chart.dead_bar.opts["x0"][0] <= chart.marker_position() <= chart.dead_bar.opts["x1"][0]
+    panel.clear_results("gone")
+    assert chart.marker_position() is None and chart.caption.text() == ""

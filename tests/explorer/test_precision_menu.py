@@ -9,7 +9,8 @@ from explorer import app as app_module
 from explorer.session.bf16_speed import DecodeSpeed
 from explorer.shell.precision_menu import PRECISION_TASK
 
-FASTER = DecodeSpeed(fp32_ms=30.0, bf16_ms=16.1, machine="Test CPU 9000", torch_version=torch.__version__)
+FASTER = DecodeSpeed(fp32_ms=30.0, bf16_ms=16.1, machine="Test CPU 9000", torch_version=torch.__version__, tokens=12,
+                     copy_bytes=475 << 20, packed_bytes=238 << 20)
 SLOWER = DecodeSpeed(fp32_ms=20.0, bf16_ms=50.0, machine="Test CPU 9000", torch_version=torch.__version__)
 
 
@@ -39,8 +40,11 @@ def test_bf16_measured_faster_is_taken_and_its_speeds_shown(qtbot, window, tiny_
     actions["bf16"].trigger()
     qtbot.waitUntil(lambda: window.status_labels["dtype"].text() == "float32 · bf16 generation", timeout=30000)
     assert tiny_session.generation.precision.name == "bf16" and actions["bf16"].isChecked() and calls == [1]
-    assert actions["bf16"].text() == "bf16 generation (62 tok/s; fp32 33 tok/s)"
-    assert "16.1 ms/token" in actions["bf16"].toolTip() and "Test CPU 9000" in actions["bf16"].toolTip()
+    assert actions["bf16"].text() == "bf16 generation (streams 62 tok/s; fp32 33 tok/s; +475 MiB)"
+    tip = actions["bf16"].toolTip()
+    assert "16.1 ms/token" in tip and "Test CPU 9000" in tip
+    assert tip.startswith("Streaming 12 tokens through generation's loop")  # what the figure is: not one step
+    assert "the bf16 copy holds 475 MiB beside the fp32 weights (237 MiB of weights + 238 MiB packed" in tip
     tip = window.status_labels["dtype"].toolTip()
     assert "computed in fp32" in tip and "bf16 62.1 tok/s (16.1 ms/token), fp32 33.3 tok/s (30.0 ms/token)" in tip
     actions["fp32"].trigger()
@@ -62,7 +66,7 @@ def test_bf16_measured_slower_is_refused_once_with_its_figures(qtbot, window, ti
     assert window.status_bar.currentMessage().startswith("bf16 is slower here: bf16 is not used")
     assert tiny_session.generation.precision.name == "fp32"
     assert window.precision_actions["fp32"].isChecked() and window.status_labels["dtype"].text() == "float32"
-    assert window.precision_actions["bf16"].text() == "bf16 generation — slower here (20 tok/s; fp32 50 tok/s)"
+    assert window.precision_actions["bf16"].text() == "bf16 generation — slower here (streams 20 tok/s; fp32 50 tok/s)"
     _close(qtbot, window)
 
 

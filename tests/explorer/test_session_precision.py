@@ -1,5 +1,5 @@
 """Generation precision (explorer/session/precision.py, issues 28 and 34): bf16 generation from a
-bf16 copy wherever one decode step is measured faster in bf16, a refusal with both figures where
+bf16 copy wherever streamed tokens are measured faster in bf16, a refusal with both figures where
 it is measured slower, the measurement cached per machine, torch version and shape, fp32 for
 everything else and while an ablation is active.
 
@@ -118,12 +118,24 @@ def test_another_torch_version_in_the_cache_measures_again(tmp_path):
     key = speed_key(session.model.config, session.model.device)
     stale = key.replace(f"torch {torch.__version__}", "torch 1.0.0")
     assert stale != key
-    (tmp_path / "speed.json").write_text(json.dumps({stale: dict(fp32_ms=30.0, bf16_ms=16.0, machine="Test CPU 9000",
-                                                                 torch="1.0.0")}))
+    (tmp_path / "speed.json").write_text(json.dumps({stale: dict(FASTER.to_json(), torch="1.0.0")}))
     with pytest.raises(precision.Bf16Slower):
         session.generation.precision.set("bf16")
     assert fake.calls == 1
     assert set(json.loads((tmp_path / "speed.json").read_text())) == {stale, key}
+
+
+def test_a_cached_one_step_figure_is_measured_again_as_a_stream(tmp_path):
+    """Before issue 39 an entry held one decode step's times; they promised more than streaming gives."""
+    session, fake = measured(SLOWER, tmp_path)
+    key = speed_key(session.model.config, session.model.device)
+    (tmp_path / "speed.json").write_text(json.dumps({key: dict(fp32_ms=30.0, bf16_ms=16.0, machine="Test CPU 9000",
+                                                               torch=torch.__version__)}))
+    with pytest.raises(precision.Bf16Slower):
+        session.generation.precision.set("bf16")  # not FASTER from the old entry: SLOWER, streamed now
+    assert fake.calls == 1
+    stored = json.loads((tmp_path / "speed.json").read_text())[key]
+    assert stored["measures"] == "stream" and stored["bf16_ms"] == 50.0
 
 
 def test_an_unreadable_cache_file_costs_only_a_new_measurement(tmp_path):
@@ -179,3 +191,14 @@ def test_the_real_measurement_decides_and_is_remembered(tmp_path):
     speed = p.known_speed()
     assert speed is not None and speed.fp32_ms > 0 and speed.bf16_ms > 0
     assert p.name == ("bf16" if speed.bf16_faster else "fp32")
+    # what the menu and the status bar say about it are facts of this model: tokens streamed, bytes held
+    from gptcore.generation.decode_timing import STREAM_TOKENS
+    from gptcore.model.packed_bf16 import packed_bytes
+
+    unique = {t.data_ptr(): t for t in list(session.model.parameters()) + list(session.model.buffers())}
+    weights = 2 * sum(t.numel() for t in unique.values())  # every fp32 number once (tied head too), as bf16
+    assert speed.tokens == STREAM_TOKENS and speed.copy_bytes - speed.packed_bytes == weights
+    if p._copy is not None:  # bf16 won: the copy measured is the one kept, with its packed layers
+        assert speed.packed_bytes == packed_bytes(p._copy[1])
+    tip = p.describe("float32")[1]
+    assert f"Streaming {STREAM_TOKENS} tokens" in tip and f"{speed.copy_bytes / 2 ** 20:,.0f} MiB" in tip

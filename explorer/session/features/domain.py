@@ -18,7 +18,9 @@ import numpy as np
 import torch
 
 from explorer.session.features import stats
-from explorer.session.features.results import FeatureDetail, FeatureSource, FeatureTable, PromptFeatures
+from explorer.session.features.dashboard import BEFORE, AFTER, MAX_CONTEXT, feature_column, feature_dashboard
+from explorer.session.features.results import (FeatureDashboard, FeatureDetail, FeatureSource, FeatureTable,
+                                               PromptFeatures)
 from explorer.session.features.store import (FeaturesError, corpus_ids, find_saved, hook_for, latest_saved,
                                              sae_folder)
 
@@ -123,7 +125,7 @@ class FeaturesDomain:
     def detail(self, feature: int) -> FeatureDetail:
         model, (dictionary, ev, table) = self.core.require_model(), self._current()
         feature = self._check_feature(feature)
-        acts = stats.dense_acts(dictionary, ev["rows"])[:, feature].numpy()  # (N,)
+        acts = feature_column(dictionary, ev, feature)  # (N,)
         order = np.argsort(-acts)[: stats.CONTEXTS]
         decode = self.core.token_strings
         contexts = tuple(stats.context_of(ev["ids"], ev["seq_len"], int(r), acts, decode) for r in order if acts[r] > 0)
@@ -131,7 +133,7 @@ class FeaturesDomain:
         logits = stats.logit_rows(model, stats.write_directions(model, dictionary, table.source.kind,
                                                                  table.source.layer, [feature]))[0]
         vocab = min(model.config.vocab_size, len(logits))
-        shown = min(8, vocab)  # a character model may have fewer tokens than that
+        shown = min(stats.LOGIT_ROWS, vocab)  # a character model may have fewer tokens than that
         up, down = logits[:vocab].topk(shown), (-logits[:vocab]).topk(shown)
         promoted = tuple((decode([int(i)])[0], float(v)) for v, i in zip(up.values, up.indices))
         suppressed = tuple((decode([int(i)])[0], float(-v)) for v, i in zip(down.values, down.indices))
@@ -140,6 +142,18 @@ class FeaturesDomain:
                  f"max {table.max_act[feature]:.3g}")
         return FeatureDetail(feature, title, contexts, edges, counts, float(table.density[feature]),
                              float(table.max_act[feature]), promoted, suppressed, self.core.version)
+
+    def dashboard(self, feature: int, before: int = BEFORE, after: int = AFTER) -> FeatureDashboard:
+        """The feature's dashboard beyond its detail (dashboard.py): examples at several activation levels
+        and at random with `before`/`after` tokens of context, its nearest features, its logits histogram."""
+        model, (dictionary, ev, table) = self.core.require_model(), self._current()
+        feature = self._check_feature(feature)
+        for name, value in (("before", before), ("after", after)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= MAX_CONTEXT:
+                raise FeaturesError(f"context {name} the token must be a whole number of tokens from 0 to "
+                                    f"{MAX_CONTEXT}, got {value!r}")
+        return feature_dashboard(model, dictionary, ev, table, feature, int(before), int(after),
+                                 self.core.token_strings, self.core.version)
 
     def prompt(self, text: str, feature: int | None = None) -> PromptFeatures:
         """Which features fire on each token of `text` (the selected one's activation per token)."""

@@ -76,3 +76,63 @@ class PromptFeatures:
     top_ids: np.ndarray  # (T, n) the most active features per token
     top_acts: np.ndarray  # (T, n)
     version: int = 0
+
+
+# -- the feature dashboard (issue 39): what SAEDashboard and Neuronpedia show for one feature ----------------
+
+@dataclass(frozen=True)
+class Example:
+    """One window of held-out text around the token it was picked for."""
+
+    tokens: tuple[str, ...]
+    acts: np.ndarray  # (n,) the feature's activation on each token
+    qualifying: int  # index in `tokens` of the token it was picked for
+    row: int  # that token's row among the held-out tokens
+
+
+@dataclass(frozen=True)
+class ExampleGroup:
+    """Examples picked alike: the strongest ("top"), at random among the tokens whose activation lies in
+    one interval of (0, max] ("interval"), or at random among every token where the feature fires ("random")."""
+
+    kind: str  # "top" | "interval" | "random"
+    name: str  # what the panel writes above the group
+    low: float  # the interval (low, high]; top: (-1, max)
+    high: float
+    contains: float  # fraction of all held-out tokens with an activation in (low, high]; -1 for "top"
+    examples: tuple[Example, ...]
+
+
+@dataclass(frozen=True)
+class FeatureDashboard:
+    """One feature beyond its top contexts: example groups at several activation levels and at random,
+    its nearest features by decoder cosine, and what its direction does to every logit."""
+
+    feature: int
+    before: int  # context tokens before the picked token
+    after: int  # and after it
+    groups: tuple[ExampleGroup, ...]  # top, the intervals from the highest down, random
+    neighbour_ids: np.ndarray  # (m,) nearest other features, most similar first
+    neighbour_cosines: np.ndarray  # (m,) cosine of their decoder (write) directions with this one's
+    neighbour_labels: tuple[str, ...]  # (m,) the table's label of each
+    logit_hist_edges: np.ndarray  # (B+1,) over every token's logit change through the unembedding
+    logit_hist_counts: np.ndarray  # (B,)
+    alignment_ids: np.ndarray  # (3,) the coordinates of the write direction largest in size
+    alignment_values: np.ndarray  # (3,) their values
+    alignment_l1: np.ndarray  # (3,) |value| / L1 norm of the direction
+    held_out: tuple  # (sequences, tokens per sequence) the examples are drawn from
+    version: int = 0
+
+
+@dataclass(frozen=True)
+class DensityHistogram:
+    """How often every feature of the dictionary fires: a histogram of log10(density) over the features
+    that fired at all; the dead ones (never fired: no logarithm) and the dense ones counted apart."""
+
+    edges: np.ndarray  # (B+1,) log10 density, from log10(1 / tokens) (one firing) to 0 (every token)
+    counts: np.ndarray  # (B,) features per bin
+    dead: int  # features that never fired on the held-out tokens
+    dense: int  # features firing on more than `dense_at` of them
+    dense_at: float  # e.g. 0.1
+    features: int
+    tokens: int

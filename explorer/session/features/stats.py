@@ -12,9 +12,10 @@ import torch
 from gptcore.errors import Cancelled
 
 CONTEXTS = 8  # strongest contexts kept per feature
+LOGIT_ROWS = 20  # tokens listed as promoted and as suppressed (SAEDashboard shows 10, Neuronpedia up to 20)
 WINDOW = 12  # tokens of context before the active token (and 3 after)
 BATCH = 1024  # rows encoded at a time
-HIST_BINS = 40
+HIST_BINS = 50  # SAEDashboard's activation histogram
 
 
 def hook_rows(model, ids: torch.Tensor, hook: str, cancel=None, chunk: int = 32) -> torch.Tensor:
@@ -102,10 +103,11 @@ def histogram(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return edges, counts
 
 
-def context_of(flat_ids: np.ndarray, seq_len: int, row: int, acts: np.ndarray, decode) -> tuple[list[str], np.ndarray]:
-    """The tokens before (and a few after) row `row` within its own sequence, with their activations."""
+def context_of(flat_ids: np.ndarray, seq_len: int, row: int, acts: np.ndarray, decode, before: int = WINDOW,
+               after: int = 3) -> tuple[list[str], np.ndarray]:
+    """The `before` tokens before and `after` after row `row` within its own sequence, with their activations."""
     seq_start = (row // seq_len) * seq_len
-    lo, hi = max(seq_start, row - WINDOW), min(seq_start + seq_len, row + 4)
+    lo, hi = max(seq_start, row - before), min(seq_start + seq_len, row + after + 1)
     return decode(flat_ids[lo:hi]), acts[lo:hi]
 
 

@@ -22,7 +22,9 @@ def _quiet_plot(plot: pg.PlotItem) -> None:
 
 class ActivationHistogram(QWidget):
     """Counts of a feature's activations in bins, one BarGraphItem; "log" shows log10(1 + count),
-    since one bin near zero often dwarfs the tail where the feature means something."""
+    since one bin near zero often dwarfs the tail where the feature means something. The "log count"
+    box sits in the plot's top-right corner, not on a row of its own: at 900 × 600 that row was a
+    fifth of the chart's height (issue 39)."""
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -32,17 +34,22 @@ class ActivationHistogram(QWidget):
         self.plot.setLabel("bottom", "activation")
         self.bars = pg.BarGraphItem(x0=[], x1=[], height=[], brush=pg.mkBrush(*BAR_COLOUR), pen=None)
         self.plot.addItem(self.bars)
-        self.log = QCheckBox("log count")
+        self.log = QCheckBox("log", self.plot_widget)  # over the plot's corner (placed in resizeEvent)
         self.log.setToolTip("Bar heights as log10(1 + count): the rare strong activations stay visible")
         self.log.toggled.connect(lambda _on: self._draw())
+        self.log.setAutoFillBackground(True)  # readable over the bars and on either theme's plot
         box = QVBoxLayout(self)
         box.setContentsMargins(0, 0, 0, 0)
         box.setSpacing(0)
         box.addWidget(self.plot_widget, 1)
-        box.addWidget(self.log, 0, Qt.AlignmentFlag.AlignRight)
         self.setToolTip("How often the feature takes each activation on the corpus")
         self.edges = np.zeros(0)
         self.counts = np.zeros(0)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override: keep the box in the corner
+        super().resizeEvent(event)
+        self.log.adjustSize()
+        self.log.move(max(0, self.plot_widget.width() - self.log.width() - 4), 2)
 
     def set_histogram(self, edges, counts) -> None:
         edges, counts = np.asarray(edges, float).reshape(-1), np.asarray(counts, float).reshape(-1)

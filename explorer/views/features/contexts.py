@@ -61,12 +61,14 @@ def token_span(token: str, value: float, scale: float, strong: bool, base: tuple
     return f"<span style=\"background-color:{background};{colour}{weight}\">{text}</span>"
 
 
-def context_line(tokens: list[str], acts, scale: float, base: tuple = WHITE) -> str:
-    """One context as HTML: its peak activation, then its tokens, the peak token bold."""
+def context_line(tokens: list[str], acts, scale: float, base: tuple = WHITE, strong: int | None = None) -> str:
+    """One context as HTML: the activation of its `strong` token (default its peak), then its tokens,
+    that token bold."""
     acts = _check(tokens, acts)
-    peak = int(np.nanargmax(np.abs(acts))) if len(acts) and np.isfinite(acts).any() else -1
-    top = float(acts[peak]) if peak >= 0 else float("nan")
-    spans = "".join(token_span(t, float(a), scale, i == peak, base) for i, (t, a) in enumerate(zip(tokens, acts)))
+    if strong is None or not 0 <= strong < len(acts):
+        strong = int(np.nanargmax(np.abs(acts))) if len(acts) and np.isfinite(acts).any() else -1
+    top = float(acts[strong]) if strong >= 0 else float("nan")
+    spans = "".join(token_span(t, float(a), scale, i == strong, base) for i, (t, a) in enumerate(zip(tokens, acts)))
     return f"<span style=\"color:#8c8c8c\">{top:7.2f} │ </span>{spans}"
 
 
@@ -89,4 +91,37 @@ def contexts_csv(feature: int | None, contexts: list) -> str:
         acts = _check(tokens, acts)
         for p, (token, value) in enumerate(zip(tokens, acts)):
             writer.writerow(["" if feature is None else feature, c, p, token, f"{float(value):.6g}"])
+    return out.getvalue()
+
+
+# -- grouped examples (the dashboard: top, intervals, random) ---------------------------------------------
+def groups_html(groups: list, base: tuple = WHITE) -> str:
+    """`groups`: (heading, [(tokens, acts, picked index)]) pairs, shown in order, a heading above each
+    group's lines; one shade scale for them all, so a weak example looks weak beside the top ones; each
+    line's number and bold token are the token it was picked for."""
+    if not groups:
+        return "<p style=\"color:#8c8c8c\">No token of the held-out text activates this feature.</p>"
+    scale = context_scale([(t, a) for _name, examples in groups for t, a, _q in examples])
+    parts = []
+    for name, examples in groups:
+        parts.append(f"<span style=\"color:#8c8c8c; font-weight:600\">{html.escape(str(name))}</span>")
+        if not examples:
+            parts.append("<span style=\"color:#8c8c8c\">        (no token in this range)</span>")
+        parts.extend(context_line(list(tokens), acts, scale, base, int(picked)) for tokens, acts, picked in examples)
+    return "<div style=\"white-space:pre; font-family:monospace;\">" + "<br>".join(parts) + "</div>"
+
+
+def groups_csv(feature: int | None, groups: list) -> str:
+    """contexts_csv's columns, then each example's group and whether the row is the token it was picked for."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["feature", "context", "position", "token", "activation", "group", "picked"])
+    c = 0
+    for name, examples in groups:
+        for tokens, acts, picked in examples:
+            acts = _check(tokens, acts)
+            for p, (token, value) in enumerate(zip(tokens, acts)):
+                writer.writerow(["" if feature is None else feature, c, p, token, f"{float(value):.6g}", name,
+                                 int(p == picked)])
+            c += 1
     return out.getvalue()

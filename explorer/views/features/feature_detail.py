@@ -1,17 +1,17 @@
-"""The selected feature: its title, Clamp / Ablate and the edits in force, its top-activating
-contexts (or, for a run, its density and maximum over training), its activation histogram, and
-the tokens its decoder direction promotes and suppresses through the unembedding."""
+"""The selected feature: its title, Clamp / Ablate and the edits in force, its examples (top contexts,
+then SAEDashboard's groups), for a run its density and maximum over training, its nearest features by
+decoder cosine, its activation histogram, and the tokens its decoder direction promotes and suppresses
+through the unembedding."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
-    QDoubleSpinBox, QHBoxLayout, QLabel, QListWidget, QPushButton, QSplitter, QTabWidget, QTextBrowser,
-    QVBoxLayout, QWidget,
+    QDoubleSpinBox, QHBoxLayout, QLabel, QListWidget, QPushButton, QSplitter, QTabWidget, QVBoxLayout, QWidget,
 )
 
 from explorer.views.features.charts import ActivationHistogram, OverTrainingChart
-from explorer.views.features.contexts import contexts_csv, contexts_html
+from explorer.views.features.examples import ExampleView
+from explorer.views.features.neighbours import NeighbourList
 from explorer.widgets.elided_label import ElidedLabel
 from explorer.widgets.token_stream import visible_token
 
@@ -78,6 +78,9 @@ class TokenList(QWidget):
         super().__init__(parent)
         self.list = QListWidget()
         self.list.setToolTip(tip)
+        # narrow (900 px): each row keeps its token's start and its value, "␣Poti…  +0.01", never a scroll bar
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.list.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         heading = QLabel(f"<b>{title}</b>")
         heading.setToolTip(tip)
         box = QVBoxLayout(self)
@@ -89,6 +92,8 @@ class TokenList(QWidget):
     def set_rows(self, rows) -> None:
         self.list.clear()
         self.list.addItems([f"{visible_token(str(t))}  {float(v):+.2f}" for t, v in rows])
+        for i in range(self.list.count()):  # the whole row on hover, where it is elided
+            self.list.item(i).setToolTip(self.list.item(i).text())
 
     def texts(self) -> list[str]:
         return [self.list.item(i).text() for i in range(self.list.count())]
@@ -101,36 +106,44 @@ class FeatureDetail(QWidget):
         super().__init__(parent)
         self.feature: int | None = None
         self.contexts: list = []
+        self._early: dict = {}  # setter name -> (feature, its arguments): a dashboard part before its detail
         self.title = QLabel(PICK_HINT)
         self.title.setWordWrap(True)
         self.title.setTextFormat(Qt.TextFormat.RichText)
         self.title.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.edit_bar = EditBar()
-        self.context_view = QTextBrowser()
-        self.context_view.setLineWrapMode(QTextBrowser.LineWrapMode.NoWrap)
-        self.context_view.setOpenLinks(False)
-        self.context_view.setToolTip("The corpus's windows where this feature is strongest, strongest first; "
-                                     "the number is the window's peak activation, shades scale with activation")
+        self.examples = ExampleView()
+        self.context_view = self.examples.browser
         self.training_chart = OverTrainingChart()
+        self.neighbours = NeighbourList()
         self.tabs = QTabWidget()
-        self.tabs.addTab(self.context_view, "Top contexts")
+        self.tabs.setUsesScrollButtons(False)  # every tab's name in view, at 900 px too
+        self.tabs.addTab(self.examples, "Examples")
         self.tabs.addTab(self.training_chart, "Over training")
+        self.tabs.addTab(self.neighbours, "Nearest")
         self.tabs.setTabEnabled(1, False)
+        self.tabs.setTabToolTip(0, "Where the feature fires: its strongest contexts, then examples at each activation "
+                                   "level and at random")
         self.tabs.setTabToolTip(1, "For a model from a training run with SAEs fitted along its kept steps")
+        self.tabs.setTabToolTip(2, "The features whose decoder directions are nearest this one's")
         self.histogram = ActivationHistogram()
-        self.histogram.setMinimumHeight(90)  # readable in a 900×600 window too
+        self.histogram.setMinimumHeight(100)  # readable in a 900×600 window too (it was ~70 px there)
         self.promoted = TokenList("promotes", "Tokens whose logits its decoder direction raises most (through the "
                                   "unembedding)")
         self.suppressed = TokenList("suppresses", "Tokens whose logits its decoder direction lowers most")
-        lists = QHBoxLayout()
-        lists.setContentsMargins(0, 0, 0, 0)
-        lists.addWidget(self.promoted)
-        lists.addWidget(self.suppressed)
-        column = QWidget()  # the histogram over the two token lists, beside the contexts
-        column_box = QVBoxLayout(column)
-        column_box.setContentsMargins(0, 0, 0, 0)
-        column_box.addWidget(self.histogram, 3)
-        column_box.addLayout(lists, 2)
+        lists = QWidget()
+        lists_box = QHBoxLayout(lists)
+        lists_box.setContentsMargins(0, 0, 0, 0)
+        lists_box.addWidget(self.promoted)
+        lists_box.addWidget(self.suppressed)
+        lists.setMinimumHeight(90)
+        column = QSplitter(Qt.Orientation.Vertical)  # the histogram over the two token lists, beside the examples;
+        column.addWidget(self.histogram)  # the user moves the line between them
+        column.addWidget(lists)
+        column.setStretchFactor(0, 1)
+        column.setStretchFactor(1, 1)
+        column.setChildrenCollapsible(False)
+        self.column = column
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.addWidget(self.tabs)
         self.splitter.addWidget(column)
@@ -145,23 +158,30 @@ class FeatureDetail(QWidget):
 
     def set_feature(self, feature: int, title: str, contexts: list, hist_edges, hist_counts, promoted,
                     suppressed) -> None:
-        base = self.context_view.palette().color(QPalette.ColorRole.Base)
-        # checked before anything on screen changes
-        html = contexts_html(list(contexts), (base.red(), base.green(), base.blue()))
-        self.histogram.set_histogram(hist_edges, hist_counts)
+        self.histogram.set_histogram(hist_edges, hist_counts)  # checked before anything on screen changes
+        other = self.feature != int(feature)
+        if other or not self.examples.groups:  # the same feature's groups stay until new ones come
+            self.examples.set_contexts(contexts)
+        if other:
+            self.neighbours.clear()
         self.feature, self.contexts = int(feature), list(contexts)
         self.title.setText(title)
-        self.context_view.setHtml(html)
+        for name, (early, args) in list(self._early.items()):  # its dashboard came before its detail
+            if early == self.feature:
+                getattr(self, name)(early, *args)
+        self._early.clear()
         self.promoted.set_rows(promoted)
         self.suppressed.set_rows(suppressed)
         self.edit_bar.set_feature(self.feature)
-        if not self.tabs.isTabEnabled(1):
+        if not self.tabs.isTabEnabled(1) and self.tabs.currentIndex() == 1:
             self.tabs.setCurrentIndex(0)
 
     def clear_feature(self, reason: str) -> None:
         self.feature, self.contexts = None, []
+        self._early.clear()
         self.title.setText(reason or PICK_HINT)
-        self.context_view.clear()
+        self.examples.clear()
+        self.neighbours.clear()
         self.histogram.clear()
         self.promoted.set_rows([])
         self.suppressed.set_rows([])
@@ -175,5 +195,18 @@ class FeatureDetail(QWidget):
         elif self.tabs.currentIndex() == 1:
             self.tabs.setCurrentIndex(0)
 
+    def set_examples(self, feature: int, groups: list) -> None:
+        """The dashboard's example groups for `feature`, shown once `feature` is (kept until then)."""
+        if feature == self.feature:
+            self.examples.set_groups(groups)
+        else:
+            self._early["set_examples"] = (int(feature), (groups,))
+
+    def set_neighbours(self, feature: int, ids, cosines, labels) -> None:
+        if feature == self.feature:
+            self.neighbours.set_neighbours(ids, cosines, labels)
+        else:
+            self._early["set_neighbours"] = (int(feature), (ids, cosines, labels))
+
     def contexts_csv(self) -> str:
-        return contexts_csv(self.feature, self.contexts)
+        return self.examples.csv(self.feature)

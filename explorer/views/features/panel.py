@@ -3,10 +3,12 @@ layer's MLP neurons, or a sparse autoencoder trained here on one site of one lay
 
 Top: where the features come from (layer, site, Neurons | SAE, an SAE's training settings, Train,
 Cancel, progress) and Export; the dictionary's metrics and a status line. Left: the features,
-sortable and filterable. Right: the selected feature — Clamp / Ablate, its top contexts shaded by
-activation (or its density and maximum over training), its activation histogram, and the tokens it
-promotes and suppresses. Bottom: a prompt whose tokens light up where the feature fires; a clicked
-token lists its strongest features.
+sortable and filterable, or (the Density tab) the histogram of how often they fire. Right: the selected
+feature — Clamp / Ablate, its examples shaded by activation (top contexts, then SAEDashboard's
+activation-interval and random groups, the context width adjustable), its density and maximum over
+training, its nearest features by decoder cosine, its activation histogram, and the tokens it promotes
+and suppresses. Bottom: a prompt whose tokens light up where the feature fires; a clicked token lists
+its strongest features.
 
 A passive view (explorer/views/features/protocol.py): numpy and plain values in, intent out;
 explorer/controllers/features.py does the rest.
@@ -18,8 +20,9 @@ from pathlib import Path
 import numpy as np
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
-from PySide6.QtWidgets import QLabel, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
+from explorer.views.features.density_chart import DensityChart
 from explorer.views.features.feature_detail import FeatureDetail
 from explorer.views.features.feature_table import FeatureTable
 from explorer.views.features.prompt_part import PromptArea
@@ -41,14 +44,17 @@ class FeaturesPanel(QWidget):
     tokenClicked = Signal(int)
     editRequested = Signal(int, float)
     resetEditsRequested = Signal()
-    exportRequested = Signal(str)  # "table-csv" | "contexts-csv"
+    exportRequested = Signal(str)  # "table-csv" | "contexts-csv" | "saedashboard-json" | "neuronpedia-json"
+    contextChanged = Signal(int, int)  # tokens of context before and after each example's token
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.source = SourceForm()
         self.export_button = menu_button("Export", [
             ("Feature table as CSV…", lambda: self.exportRequested.emit("table-csv")),
-            ("This feature's contexts as CSV…", lambda: self.exportRequested.emit("contexts-csv"))])
+            ("This feature's contexts as CSV…", lambda: self.exportRequested.emit("contexts-csv")),
+            ("This feature's dashboard as SAEDashboard JSON…", lambda: self.exportRequested.emit("saedashboard-json")),
+            ("This feature's dashboard as Neuronpedia JSON…", lambda: self.exportRequested.emit("neuronpedia-json"))])
         self.source.first_row.addStretch(1)
         self.source.first_row.addWidget(self.export_button)
         self.metrics = QLabel("")
@@ -59,10 +65,15 @@ class FeaturesPanel(QWidget):
         self.status.setWordWrap(True)
         self.status.setTextFormat(Qt.TextFormat.RichText)
         self.table = FeatureTable()
+        self.density = DensityChart()
+        self.left = QTabWidget()  # every feature: as rows, or as a histogram of how often they fire
+        self.left.addTab(self.table, "Features")
+        self.left.addTab(self.density, "Density")
+        self.left.setTabToolTip(1, "How often every feature fires: dead and dense features counted")
         self.detail = FeatureDetail()
         self.prompt = PromptArea()
         self.sides = QSplitter(Qt.Orientation.Horizontal)
-        self.sides.addWidget(self.table)
+        self.sides.addWidget(self.left)
         self.sides.addWidget(self.detail)
         self.sides.setStretchFactor(0, 0)  # the table keeps its width (every column readable); a wider
         self.sides.setStretchFactor(1, 1)  # window widens the contexts
@@ -91,6 +102,8 @@ class FeaturesPanel(QWidget):
         self.prompt.tokenClicked.connect(self.tokenClicked)
         self.table.featureSelected.connect(self._on_selected)
         self.prompt.featureClicked.connect(self._on_feature_link)
+        self.detail.neighbours.featureClicked.connect(self._on_feature_link)
+        self.detail.examples.contextChanged.connect(self.contextChanged)
         self.find = QShortcut(QKeySequence(QKeySequence.StandardKey.Find), self)
         self.find.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
         self.find.activated.connect(self.focus_filter)
@@ -149,6 +162,25 @@ class FeaturesPanel(QWidget):
     def set_over_training(self, steps: np.ndarray, series: dict, marker_step) -> None:
         self.detail.set_over_training(steps, series, marker_step)
 
+    # -- the dashboard (issue 39) -----------------------------------------------------------------
+    def set_density(self, edges: np.ndarray, counts: np.ndarray, dead: int, dense: int, dense_at: float,
+                    features: int, tokens: int) -> None:
+        """Every feature's log10(density) histogram (edges (B+1,), counts (B,)); dead and dense counted."""
+        self.density.set_density(edges, counts, dead, dense, dense_at, features, tokens)
+
+    def set_dashboard(self, feature: int, density: float, groups: list, neighbour_ids: np.ndarray,
+                      neighbour_cosines: np.ndarray, neighbour_labels: list) -> None:
+        """`feature`'s place on the density histogram, its example groups — (heading, [(tokens, activations
+        (n,), index of the token it was picked for)]) pairs — and its nearest features by decoder cosine,
+        most similar first. Shown once `feature` is (a dashboard may come before its detail)."""
+        self.density.set_marker(density)
+        self.detail.set_examples(feature, groups)
+        self.detail.set_neighbours(feature, neighbour_ids, neighbour_cosines, neighbour_labels)
+
+    def context_width(self) -> tuple[int, int]:
+        """(before, after): tokens of context asked for around each example's token."""
+        return self.detail.examples.context()
+
     # -- the prompt -------------------------------------------------------------------------------
     def prompt_text(self) -> str:
         return self.prompt.prompt.toPlainText()
@@ -168,6 +200,7 @@ class FeaturesPanel(QWidget):
     def clear_results(self, reason: str) -> None:
         """What belonged to another model or dictionary goes; the prompt's text and the form stay."""
         self.table.clear()
+        self.density.clear()
         self.detail.clear_feature(reason)
         self.detail.set_over_training(np.zeros(0), {}, None)
         self.prompt.clear()

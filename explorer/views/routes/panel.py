@@ -25,7 +25,6 @@ from explorer.views.routes.side_parts import OverTrainingChart, RankingTable
 from explorer.widgets.csv_meta import with_metadata
 from explorer.widgets.token_stream import visible_token
 
-STATUS_MAX_PX = 360
 RANK_HINT = "For each head into the chosen position: its route share beside the measured effect of removing it."
 DETAIL_HINT = "Hover an edge for its heads; click a node for what it writes; click an edge to select it."
 SLIDER_STEPS = 100  # the slider moves in hundredths; the spin box takes any value
@@ -52,25 +51,22 @@ class RoutesPanel(QWidget):
         self.prompt.setTabChangesFocus(True)
         self.prompt.setFixedHeight(56)
         self.prompt.textChanged.connect(lambda: self.promptChanged.emit(self.prompt.toPlainText()))
-        self.count_label = QLabel("")
-        self.count_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        self.count_label.setWordWrap(True)
-        self.count_label.setMaximumWidth(STATUS_MAX_PX)
-        self.status_label = QLabel("")
-        self.status_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        self.status_label.setWordWrap(True)
-        self.status_label.setMaximumWidth(STATUS_MAX_PX)
+        # Below the controls, one line across the panel each (issue 39: in a column beside the prompt a
+        # 1,000-token prompt's text wrapped to 6 lines and pushed the controls down): what the route
+        # explains, then the graph's counts beside the computation's status.
+        self.target_label = _info_label()
+        self.count_label = _info_label()
+        self.status_label = _info_label(Qt.AlignmentFlag.AlignRight)
         self.ablation_badge = QLabel("")
         self.ablation_badge.setObjectName("routesAblation")
         self.ablation_badge.setStyleSheet("color: #dc2626; font-weight: 600;")
         self.ablation_badge.hide()
-        side = QVBoxLayout()
-        side.addWidget(self.count_label)
-        side.addWidget(self.ablation_badge, 0, Qt.AlignmentFlag.AlignRight)
-        side.addWidget(self.status_label)
         top = QHBoxLayout()
         top.addWidget(self.prompt, 1)
-        top.addLayout(side)
+        top.addWidget(self.ablation_badge, 0, Qt.AlignmentFlag.AlignTop)
+        info = QHBoxLayout()
+        info.addWidget(self.count_label, 3)
+        info.addWidget(self.status_label, 2)
         self.offer_button = QPushButton("")  # "Use this model's probe prompt: …" (offer_prompt)
         self.offer_button.hide()
         self.offer_button.clicked.connect(lambda: self.set_prompt_text(self._offer))
@@ -80,6 +76,8 @@ class RoutesPanel(QWidget):
         layout.addLayout(top)
         layout.addWidget(self.offer_button, 0, Qt.AlignmentFlag.AlignLeft)
         layout.addLayout(self._controls())
+        layout.addWidget(self.target_label)
+        layout.addLayout(info)
         splitter = QSplitter(Qt.Orientation.Horizontal)
         self.graph = RouteGraphPlot()
         splitter.addWidget(self.graph)
@@ -130,9 +128,7 @@ class RoutesPanel(QWidget):
         row.addSpacing(12)
         row.addWidget(QLabel("route to token"))
         row.addWidget(self.position_box)
-        self.target_label = QLabel("")
-        self.target_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # never widens the panel
-        row.addWidget(self.target_label, 1)
+        row.addStretch(1)
         row.addWidget(self.export_button)
         return row
 
@@ -371,6 +367,15 @@ class RoutesPanel(QWidget):
         return text
 
 
+def _info_label(align=Qt.AlignmentFlag.AlignLeft) -> QLabel:
+    """A line of text that wraps in the width it is given and never widens the panel."""
+    label = QLabel("")
+    label.setWordWrap(True)
+    label.setAlignment(align | Qt.AlignmentFlag.AlignTop)
+    label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+    return label
+
+
 def count_text(graph, n_tokens: int) -> str:
     """'120 edges above 0.04 · 46 on the route', what a window leaves out, and for an empty route
     the threshold that would show it."""
@@ -378,7 +383,7 @@ def count_text(graph, n_tokens: int) -> str:
     window = getattr(graph, "window", None)
     if window is not None:
         lo, hi = window
-        text += f"<br>grey edges only for tokens {lo}–{hi - 1}: {n_tokens - (hi - lo)} of {n_tokens} not drawn"
+        text += f" · grey edges only for tokens {lo}–{hi - 1}: {n_tokens - (hi - lo)} of {n_tokens} not drawn"
     below = getattr(graph, "route_below", float("nan"))
     if graph.n_route == 0:
         hint = f"below {below:.2f}" if np.isfinite(below) and below > 0 else "lower"

@@ -14,6 +14,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QGridLayout, QHBoxLayout, QLabel, QSizePolicy, QSlider, QVBoxLayout, QWidget
 
 from explorer.widgets.plot_title import wrapping_title
+from explorer.widgets.spaced_axis import SpacedAxis
 from explorer.widgets.value_heatmap import ValueHeatmap
 
 PALETTE = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#4d7c0f")
@@ -26,7 +27,7 @@ def scheme_colour(index: int) -> str:
 
 
 def _plot(title: str, left: str, log_y: bool = False) -> pg.PlotWidget:
-    w = pg.PlotWidget()  # colours from the theme (theme.apply_theme sets pyqtgraph's)
+    w = pg.PlotWidget(axisItems={"bottom": SpacedAxis("bottom")})  # colours from the theme (theme.apply_theme)
     p = w.getPlotItem()
     wrapping_title(p)  # a long title wraps: as one line it set the plot wider than its widget (cut at 900 px)
     p.setTitle(title, size="9pt")

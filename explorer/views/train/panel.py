@@ -104,11 +104,10 @@ class TrainPanel(QWidget):
         self.step_slider.setToolTip("The kept weights of each step: the chosen step's model becomes the session's, "
                                     "so Attention, Residual, Generation and Attribution show it as it was then")
         self.step_slider.setEnabled(False)
-        self.step_slider.setMinimumWidth(140)
+        self.step_slider.setMinimumWidth(60)  # at 900 px the step's label needs the room more (issue 39)
         self.step_slider.valueChanged.connect(self._slider_moved)
         scrub.addWidget(self.step_slider, 1)
-        self.step_label = QLabel("—")
-        self.step_label.setMinimumWidth(120)
+        self.step_label = ElidedLabel("—")  # never cut mid-word: its first part always shows, the rest elides
         scrub.addWidget(self.step_label)
         self.latest_box = QCheckBox("latest")
         self.latest_box.setToolTip("Follow the run: show each newly kept step as it arrives")
@@ -274,6 +273,8 @@ class TrainPanel(QWidget):
         count = f"{n:,} kept step{'' if n == 1 else 's'}" if n else "— (no kept steps)"
         self.step_label.setText(f"{self._shown_text} ({count})" if self._shown_text and n else
                                 self._shown_text or count)
+        essential = self._shown_text or count  # "step 500 shown": what the label is for
+        self.step_label.setMinimumWidth(self.step_label.fontMetrics().horizontalAdvance(essential + "…") + 4)
 
     def _slider_moved(self, *_args) -> None:
         step = self.selected_step()
