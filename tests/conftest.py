@@ -106,6 +106,7 @@ SLOW = {
     "tests/gptcore/test_training_compile.py": {
         "test_compiled_steps_equal_eager_ones_and_a_probe_between_them_recompiles_nothing",  # inductor: 10-100 s
         "test_a_failed_compile_falls_back_to_eager_with_one_message_and_the_eager_numbers"},
+    "tests/gptcore/test_training_cuda.py": {"test_compiled_cuda_steps_follow_eager_ones"},  # inductor on a GPU
     "tests/gptcore/test_training_ddp.py": {"test_two_processes_train_like_one"},
 }
 
