@@ -227,7 +227,8 @@ class TrainingRun:
             if trainer.compile_failure and scheme not in self._said_compile_failure:
                 self._said_compile_failure.add(scheme)
                 self.writer.write("message", text=f"{scheme}: {trainer.compile_failure}")
-                print(f"warning: {scheme}: {trainer.compile_failure}", file=sys.stderr)
+                if self.master:
+                    print(f"warning: {scheme}: {trainer.compile_failure}", file=sys.stderr)
             if error is not None:
                 del self.trainers[scheme]
                 losses[scheme] = None
