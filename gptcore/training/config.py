@@ -45,9 +45,10 @@ class TrainConfig:
     10x slower on one without; the CPU recipe's loss curve was unchanged, val 1.9829 at 500
     iterations either way), else float32; float32 on other devices. `compile` is train.py's: the
     model and its loss run under torch.compile (one graph, the cross-entropy fused in); None (the
-    default) = on CUDA, where it is train.py's default and pays (27 vs 37 ms a GPT-2 step on an
-    H200), off elsewhere (on a CPU the compile takes minutes and gave ≤ 5 % at the CPU recipe):
-    set True to compile on a CPU too, False to keep CUDA eager.
+    default) = on CUDA, where it is train.py's default and pays (nanoGPT's loop on an H200, issue
+    37: 27.0 vs 36.7 ms a GPT-2 124M step), off elsewhere (on a CPU the compile took 3-4 minutes
+    and saved ~5 % of the CPU recipe's step, AMD EPYC): True compiles on a CPU too, False keeps
+    CUDA eager.
     """
 
     batch_size: int = 12  # sequences per micro-step
