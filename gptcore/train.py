@@ -7,7 +7,8 @@ Settings use nanoGPT's override style, `--key=value` (or `--key value`), and nan
 (`python -m gptcore.train config/train_shakespeare_char.py --device=cpu`: read, never run; nanogpt_cli.py):
 - any TrainConfig field (batch_size, gradient_accumulation_steps — global, shared by the processes —,
   max_iters, learning_rate, min_lr, warmup_iters, lr_decay_iters, decay_lr, weight_decay, beta1,
-  beta2, grad_clip, eval_interval, eval_iters, seed, dtype, device);
+  beta2, grad_clip, eval_interval, eval_iters, seed, dtype, device, compile — torch.compile of the
+  model, on CUDA unless --compile=False, on a CPU only with --compile=True);
 - any GPTConfig field (n_layer, n_head, n_embd, block_size, bias, dropout, and the modern parts);
 - data: a UTF-8 text file or a nanoGPT prepared folder (default: CPython's pydoc topics);
   tokenizer: char or gpt2 (text files); out_dir (default "out"); init: an init scheme or a comma
@@ -17,7 +18,7 @@ Settings use nanoGPT's override style, `--key=value` (or `--key value`), and nan
   init_from: scratch or resume (`--resume` is short for it): continue the run in out_dir, or nanoGPT's
   own out_dir (its ckpt.pt: iter_num, optimizer, recorded settings, data/<dataset> found as train.py would);
   train.py's own: dataset (data/<dataset> from the current folder), eval_only, always_save_checkpoint
-  (False: ckpt.pt only when val improved), and wandb_*, compile, backend (accepted; a note says why unused);
+  (False: ckpt.pt only when val improved), and wandb_*, backend (accepted; a note says why unused);
   preset: a named starting point with its own data (`--preset=induction`: an induction head forms in
   about a minute on one CPU thread, gptcore/training/presets.py); other settings override it.
 Defaults are nanoGPT's CPU recipe (TrainConfig.cpu_recipe, CPU_RECIPE_MODEL) with dtype=auto
@@ -52,7 +53,7 @@ RUN_SETTINGS = {
     "probe_interval": ("int", DEFAULT_PROBE_INTERVAL), "max_time": ("float | None", None),
     "log_interval": ("int", 10), "keep_every": ("int", 1), "init_from": ("str", "scratch"),
     "preset": ("str | None", None),
-    **NANOGPT_RUN_SETTINGS,  # train.py's own: dataset, eval_only, always_save_checkpoint, wandb_*, compile, backend
+    **NANOGPT_RUN_SETTINGS,  # train.py's own: dataset, eval_only, always_save_checkpoint, wandb_*, backend
 }
 TRAIN_SETTINGS = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
 MODEL_SETTINGS = {f.name: f.type for f in dataclasses.fields(GPTConfig)}

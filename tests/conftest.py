@@ -103,6 +103,10 @@ SLOW = {
         "test_the_induction_preset_brings_its_model_settings_and_data_and_resumes_with_them"},
     "tests/gptcore/test_train_ddp.py": {"test_an_accumulation_the_processes_cannot_share_is_refused_by_every_process",
                                         "test_two_gloo_processes_train_the_same_weights_as_one"},
+    "tests/gptcore/test_training_compile.py": {
+        "test_compiled_steps_equal_eager_ones_and_a_probe_between_them_recompiles_nothing",  # inductor: 10-100 s
+        "test_a_failed_compile_falls_back_to_eager_with_one_message_and_the_eager_numbers"},
+    "tests/gptcore/test_training_cuda.py": {"test_compiled_cuda_steps_follow_eager_ones"},  # inductor on a GPU
     "tests/gptcore/test_training_ddp.py": {"test_two_processes_train_like_one"},
 }
 

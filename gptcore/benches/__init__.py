@@ -10,8 +10,9 @@ tests); these modules may pull heavy references the library never needs at run t
 - `tl_check`    — `python -m gptcore.benches.tl_check`: DLA, patching and census against
   TransformerLens 4.x (run in an interpreter that has it); its random-GPT-2 builder is also the
   tests' HF oracle.
-- `training`    — `python -m gptcore.bench --train`: our Trainer against nanoGPT's model.py and
-  train.py's loop (`nanogpt_loop`), speed and val loss, on the CPU recipe.
+- `training`    — `python -m gptcore.bench --train [--device cuda]`: our Trainer against nanoGPT's
+  model.py and train.py's loop (`nanogpt_loop`): speed, FLOP/s or MFU, and val loss, on the CPU
+  recipe or GPT-2 124M on CUDA (`training_recipes`).
 - `sae`         — `python -m gptcore.bench --sae`: the SAE training step against sparsify's
   (`sae_speed`), a char model's SAE and its quality bars, the fp16 disk cache.
 - `sae_lens_check` — `python -m gptcore.benches.sae_lens_check`: our SAE files opened by SAELens and

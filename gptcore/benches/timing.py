@@ -24,7 +24,7 @@ def machine_line() -> str:
             f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, torch {torch.__version__}")
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     elif device.type == "mps":
@@ -35,7 +35,7 @@ def timed(fn: Callable[[], object], runs: int, device: torch.device, warmup: int
     """Median seconds of `runs` calls after `warmup` untimed ones (caches, allocator, JIT)."""
     for _ in range(warmup):
         fn()
-    _sync(device)
+    sync(device)
     samples = []
     for _ in range(runs):
         samples.append(_once(fn, device))
@@ -49,7 +49,7 @@ def timed_pair(ours: Callable[[], object], ref: Callable[[], object], runs: int,
     for _ in range(warmup):
         ours()
         ref()
-    _sync(device)
+    sync(device)
     ours_all, ref_all = [], []
     for _ in range(runs):
         ours_all.append(_once(ours, device))
@@ -60,7 +60,7 @@ def timed_pair(ours: Callable[[], object], ref: Callable[[], object], runs: int,
 def _once(fn: Callable[[], object], device: torch.device) -> float:
     start = time.perf_counter()
     fn()
-    _sync(device)
+    sync(device)
     return time.perf_counter() - start
 
 

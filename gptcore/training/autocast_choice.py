@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import statistics
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gptcore.training import timing_cache
 from gptcore.training.speed import cpu_model
 
 MARGIN = 0.9  # bf16 must take under 90 % of float32's time to be chosen
@@ -72,9 +72,7 @@ def shape_key(config, batch_size: int) -> str:
 
 
 def cache_path() -> Path:
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("gptcore", appauthor=False)) / CACHE_FILE
+    return timing_cache.cache_file(CACHE_FILE)
 
 
 def choose_cpu_autocast(model: nn.Module, batch_size: int, *, cache: Path | None = None,
@@ -147,29 +145,8 @@ def _device(model: nn.Module) -> torch.device:
 
 def _read_cache(path: Path) -> dict:
     """{machine: {shape: figures}}; an unreadable or foreign file counts as empty (it is re-measured)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict) or data.get("version") != CACHE_VERSION or not isinstance(data.get("machines"), dict):
-        return {}
-    good = {}
-    for machine, shapes in data["machines"].items():
-        if isinstance(shapes, dict):
-            good[machine] = {k: v for k, v in shapes.items() if isinstance(v, dict) and _figures_ok(v)}
-    return good
-
-
-def _figures_ok(entry: dict) -> bool:
-    return all(isinstance(entry.get(k), (int, float)) and entry[k] > 0 for k in ("bf16_ms", "fp32_ms"))
+    return timing_cache.read_entries(path, CACHE_VERSION, ("bf16_ms", "fp32_ms"))
 
 
 def _write_cache(path: Path, entries: dict) -> None:
-    """Best effort: a cache that cannot be written costs a re-measurement next time, nothing else."""
-    from gptcore.io.atomic import atomic_write_bytes
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, json.dumps({"version": CACHE_VERSION, "machines": entries}, indent=1).encode())
-    except OSError:
-        pass
+    timing_cache.write_entries(path, CACHE_VERSION, entries)

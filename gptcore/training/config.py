@@ -43,7 +43,12 @@ class TrainConfig:
     (bfloat16 where supported, else float16); on a CPU bfloat16 where timing the run's model both
     ways finds it clearly faster (autocast_choice.py: 1.5-2.5x on CPUs with AMX or avx512_bf16,
     10x slower on one without; the CPU recipe's loss curve was unchanged, val 1.9829 at 500
-    iterations either way), else float32; float32 on other devices.
+    iterations either way), else float32; float32 on other devices. `compile` is train.py's: the
+    model and its loss run under torch.compile (one graph, the cross-entropy fused in); None (the
+    default) = on CUDA, where it is train.py's default and pays (nanoGPT's loop on an H200, issue
+    37: 27.0 vs 36.7 ms a GPT-2 124M step), off elsewhere (on a CPU the compile took 3-4 minutes
+    and saved ~5 % of the CPU recipe's step, AMD EPYC): True compiles on a CPU too, False keeps
+    CUDA eager.
     """
 
     batch_size: int = 12  # sequences per micro-step
@@ -63,6 +68,7 @@ class TrainConfig:
     seed: int = 1337
     dtype: str = "auto"
     device: str | None = None
+    compile: bool | None = None  # None: on CUDA only (see above)
 
     def __post_init__(self):
         self.validate()
@@ -124,6 +130,11 @@ class TrainConfig:
                 f"({', '.join(map(str, divisors))})", fix=multiple)
         return self.gradient_accumulation_steps // world_size
 
+    def compiles_on(self, device_type: str) -> bool:
+        """Whether a run on `device_type` ("cuda", "cpu", ...) compiles: `compile`, or where it is
+        None, on CUDA only."""
+        return self.compile if self.compile is not None else device_type == "cuda"
+
     @property
     def tokens_per_iter(self) -> int:
         """Sequences per optimizer step (× block_size for tokens)."""
@@ -157,6 +168,9 @@ class TrainConfig:
         if self.dtype not in DTYPES:
             raise TrainConfigError("dtype", f"{self.dtype!r} is not one of {', '.join(DTYPES)} (dtype=auto "
                                             f"picks the fastest)", fix="auto")
+        if self.compile is not None and not isinstance(self.compile, bool):
+            raise TrainConfigError("compile", f"must be True, False or None (None: on CUDA only), got "
+                                              f"{self.compile!r} (compile=None)", fix=None)
         if self.device is not None and not isinstance(self.device, str):
             raise TrainConfigError("device", f"must be a device name such as 'cpu' or 'cuda', got {self.device!r} "
                                              f"(device=cpu)", fix="cpu")

@@ -28,7 +28,7 @@ from gptcore.training.recorder import Recorder
 from gptcore.training.run import RunFolder
 from gptcore.training.setup import RunPlan
 from gptcore.training.trace import TraceWriter
-from gptcore.training.trainer import NonFiniteLoss, Trainer
+from gptcore.training.trainer import Trainer
 
 EXIT_OK, EXIT_FAILED, EXIT_SIGINT = 0, 1, 130
 _STOP_CODES = {0: None, 1: "max_time", 2: "SIGTERM", 3: "SIGINT"}
@@ -54,12 +54,17 @@ class TrainingRun:
         self.corpus = plan.corpus
         self._signal: str | None = None
         self._diverged = ""
+        self._diverged_step = 0
+        self._said_compile_failure: set[str] = set()
         self.trainers: dict[str, Trainer] = {}
         self.writer = _NoWriter()
 
     # -- setup -------------------------------------------------------------------------------
     def setup(self) -> None:
         plan, cfg = self.plan, self.cfg
+        if torch.device(plan.device).type == "cuda":  # train.py's: float32 products on TF32 tensor cores
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
         if plan.resume:
             for scheme in plan.schemes:
                 path = self.folder.ckpt(scheme, plan.schemes)
@@ -161,10 +166,17 @@ class TrainingRun:
             return EXIT_OK
         self.say(f"training {', '.join(plan.schemes)} from step {it} to {cfg.max_iters} on {self.corpus.description}; "
                  f"{tokens:,} tokens per step; writing {plan.out_dir}")
+        if any(t.compiled for t in self.trainers.values()):
+            self.say("compiling the model (torch.compile: the first step takes a minute or more; --compile=False "
+                     "runs eagerly)", flush=True)
         iter_times: list[float] = []
+        losses: dict[str, float | None] = {}  # each scheme's latest loss read (None: diverged)
         while True:
-            stop = self._agree_stop(started)
+            stop = self._agree_stop(started, it)
             final = it >= cfg.max_iters or stop is not None
+            due = final or it % cfg.eval_interval == 0 or (plan.probe_interval and it % plan.probe_interval == 0)
+            if due and not self._read_steps(tokens, losses):  # the trace is whole before an eval, a probe, the end
+                return self._all_diverged(self._diverged_step)
             if self.master:
                 if stop in ("SIGINT", "SIGTERM"):
                     self._checkpoint(it, keep=True)
@@ -182,39 +194,59 @@ class TrainingRun:
                 return self._finish(it, "eval_only")
             t0 = time.perf_counter()
             x, y = self.corpus.batch("train", it, rows, self.block_size, cfg.seed)  # (rows, T) each
-            losses = {}
-            for scheme in list(self.trainers):
-                losses[scheme] = self._train_step(scheme, x, y, tokens)
-            if not self.trainers:
-                return self._all_diverged(it)
+            for trainer in self.trainers.values():
+                trainer.launch(x, y)
             it += 1
+            logged = it % plan.log_interval == 0 or it == cfg.max_iters
+            if (logged or self._reads_every_step()) and not self._read_steps(tokens, losses):
+                return self._all_diverged(self._diverged_step)
             iter_times.append(time.perf_counter() - t0)
-            if it % plan.log_interval == 0 or it == cfg.max_iters:
+            if logged:
                 self._progress(it, losses, iter_times[-plan.log_interval:], tokens, started)
 
-    def _train_step(self, scheme: str, x, y, tokens: int) -> float | None:
-        trainer = self.trainers[scheme]
-        t0 = time.perf_counter()
-        try:
-            loss = trainer.step(x, y)
-        except NonFiniteLoss as exc:
-            del self.trainers[scheme]
-            self._diverged = str(exc)
-            self.writer.write("diverged", scheme=scheme, step=exc.step, message=str(exc))
-            self.say(f"{scheme}: {exc}")
-            return None
-        dt = time.perf_counter() - t0
-        self.writer.write("train", scheme=scheme, step=trainer.iter_num - 1, loss=loss, lr=trainer.last_lr,
-                          grad_norm=trainer.last_grad_norm, grad_norms=trainer.last_grad_norms,
-                          tokens_per_s=round(tokens / dt, 1), dt=round(dt, 5), memory_mb=peak_memory_mb(trainer.device))
-        return loss
+    def _reads_every_step(self) -> bool:
+        """Whether the steps' figures are read (and their train records written) every step: where
+        reading costs nothing (a CPU); on CUDA at log steps, evals, probes and the end, so the host
+        never waits for the GPU in between (trainer.py's launch and collect)."""
+        return any(t.reads_every_step for t in self.trainers.values())
 
-    def _agree_stop(self, started: float) -> str | None:
-        """Why to stop now, agreed by every process (the most urgent reason any of them has)."""
+    def _read_steps(self, tokens: int, losses: dict) -> bool:
+        """A train record for every step launched since the last read (one read per scheme), each
+        with its own figures and the time it ended; a scheme whose step went non-finite stops here
+        ("diverged"), the others go on. False when no scheme is left."""
+        for scheme in list(self.trainers):
+            trainer = self.trainers[scheme]
+            records, error = trainer.collect()
+            memory = peak_memory_mb(trainer.device) if records else None
+            for r in records:
+                seconds = max(r.seconds, 1e-9)
+                self.writer.write("train", time=round(r.finished, 3), scheme=scheme, step=r.step, loss=r.loss,
+                                  lr=r.lr, grad_norm=r.grad_norm, grad_norms=r.grad_norms,
+                                  tokens_per_s=round(tokens / seconds, 1), dt=round(seconds, 5), memory_mb=memory)
+                losses[scheme] = r.loss
+            if trainer.compile_failure and scheme not in self._said_compile_failure:
+                self._said_compile_failure.add(scheme)
+                self.writer.write("message", text=f"{scheme}: {trainer.compile_failure}")
+                if self.master:
+                    print(f"warning: {scheme}: {trainer.compile_failure}", file=sys.stderr)
+            if error is not None:
+                del self.trainers[scheme]
+                losses[scheme] = None
+                self._diverged, self._diverged_step = str(error), error.step
+                self.writer.write("diverged", scheme=scheme, step=error.step, message=str(error))
+                self.say(f"{scheme}: {error}")
+        return bool(self.trainers)
+
+    def _agree_stop(self, started: float, it: int) -> str | None:
+        """Why to stop now, agreed by every process (the most urgent reason any of them has). Under
+        torch.distributed agreeing is a read from the device; where the steps' figures are read at
+        log steps only (CUDA), so is this, and a signal or max_time takes effect at the next one."""
         code = {None: 0, "SIGTERM": 2, "SIGINT": 3}[self._signal]
         if self.master and self.plan.max_time and time.monotonic() - started >= self.plan.max_time:
             code = max(code, 1)
         if self.plan.world_size > 1:
+            if not (self._reads_every_step() or it % self.plan.log_interval == 0):
+                return None
             import torch.distributed as dist
 
             device = next(iter(self.trainers.values())).device if self.trainers else "cpu"

@@ -13,7 +13,8 @@ same (issue 34), so a nanoGPT user's command, e.g. `config/train_shakespeare_cha
   (data/<dataset> from the current folder, as train.py reads it), eval_only (evaluate at step 0,
   then stop), always_save_checkpoint (False: ckpt.pt is written only when the val loss improved),
   and settings with nothing to do here, accepted with a note (wandb_*: the run's trace is its log;
-  compile: training runs eagerly; backend: gloo on CPU, nccl on CUDA).
+  backend: gloo on CPU, nccl on CUDA). `compile` is not among them: it is TrainConfig's, honoured
+  (torch.compile of the model and its loss, on CUDA by default as in train.py).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from pathlib import Path
 NANOGPT_RUN_SETTINGS = {
     "dataset": ("str | None", None), "eval_only": ("bool", False), "always_save_checkpoint": ("bool", True),
     "wandb_log": ("bool", False), "wandb_project": ("str", "owt"), "wandb_run_name": ("str", "gpt2"),
-    "compile": ("bool", False), "backend": ("str | None", None),
+    "backend": ("str | None", None),
 }
 
 
@@ -65,9 +66,6 @@ def _refusal(path: str, node: ast.AST, what: str) -> str:
 def notes(run: dict, given: set) -> list[str]:
     """Sentences for what is accepted but done differently or not at all (printed by the run)."""
     said = []
-    if run.get("compile") and "compile" in given:
-        said.append("compile=True: accepted, but training runs eagerly (torch.compile gave +5 % at most at the "
-                    "CPU recipe's size); set compile=False to silence this")
     if run.get("wandb_log"):
         said.append("wandb_log=True: nothing is sent to Weights & Biases; the run's trace.jsonl is its log "
                     "(`python -m gptcore.training.trace DIR` prints it)")

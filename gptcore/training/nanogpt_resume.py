@@ -8,8 +8,8 @@ the same facts become the description a run.json would give (`nanogpt_run_meta`)
 ("gpt2": nanoGPT's own init, which the checkpoint's weights replace anyway), the training settings
 the checkpoint's config recorded (train.py saves them all; nanoGPT's defaults, which are
 TrainConfig's, where it has none), and the data folder its config['dataset'] names, looked for as
-nanoGPT would (next to the out_dir, or in the current folder) unless `--data` gives it. Device
-and dtype are this machine's choice (a checkpoint from a GPU box says 'cuda'), unless given.
+nanoGPT would (next to the out_dir, or in the current folder) unless `--data` gives it. Device,
+dtype and compile are this machine's choice (a checkpoint from a GPU box says 'cuda'), unless given.
 The run folder then gains its run.json and trace as any run (loop.py), and ckpt.pt stays
 nanoGPT's format, so nanoGPT can resume it in turn.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 from gptcore.training.config import TrainConfig
 from gptcore.training.run import RunFolder, RunFolderError
 
-NOT_FROM_THE_CHECKPOINT = ("device", "dtype")  # the machine's, not the run's
+NOT_FROM_THE_CHECKPOINT = ("device", "dtype", "compile")  # the machine's, not the run's
 
 
 def is_nanogpt_out_dir(folder: RunFolder) -> bool:

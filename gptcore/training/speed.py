@@ -8,8 +8,10 @@ Measured on the CPU recipe (4 layers, 4 heads, 128 wide, block 64, batch 12; `py
   both ways (autocast_choice.py); `native_bf16` remains a hint for other fast paths;
 - attention stays float32 under CPU autocast (model._fused_attention: torch's CPU flash kernel
   is 3x slower in bfloat16 than in float32 at this shape);
-- AdamW's fused CPU kernel (Trainer's default, chosen in trainer.make_optimizer): 1.1 ms per
-  step instead of the for-loop's 3.5 ms; `Trainer(..., fused=False)` is train.py's CPU step bitwise;
+- AdamW's fused CPU kernel, where one timed step of the run's parameters finds it faster
+  (adamw_choice.py, cached per machine; 0.7 vs 6.2 ms at the CPU recipe on an AMD EPYC, 1 thread);
+  `Trainer(..., fused=False)` is train.py's CPU step bitwise;
+- torch.compile stays off on a CPU unless asked (TrainConfig.compile; the compile costs minutes);
 - OpenMP's default spin-wait made 2 threads 3-6x slower than 1 while another process was busy;
   OMP_WAIT_POLICY=PASSIVE avoids it but must be set before torch is imported (gptcore.train and
   the bench set it; a script that imports torch first decides for itself).

@@ -15,8 +15,12 @@ non-finite number is written as null):
     train          {"scheme", "step": index of the optimizer step (0-based, run on the weights of step
                     "step"), "loss", "lr", "grad_norm": global norm before clipping, "grad_norms":
                     {"embed": .., "pos_embed": .., "blocks.0": .., ..., "ln_final": ..} per part,
-                    "tokens_per_s", "dt": seconds of this scheme's step, "memory_mb": the process's
-                    peak memory so far (CUDA: allocated on the GPU; else resident set size)}
+                    "tokens_per_s", "dt": seconds of this scheme's step (CUDA: the GPU's, timed with
+                    events), "memory_mb": the process's peak memory so far (CUDA: allocated on the GPU;
+                    else resident set size)}; its "time" is when the step ended. One per step; on
+                    CUDA those of up to log_interval steps are written together, at the log step (or
+                    an eval, a probe, the end), since reading a step's figures makes the host wait
+                    for the GPU (trainer.py's launch and collect)
     eval           {"scheme", "step": optimizer steps done (0 = the initialisation), "train": loss,
                     "val": loss}  (mean over eval_iters batches each; probe and checkpoint count alike)
     probe          {"scheme", "step", "census": {score name: [[layer][head]]}, "residual": {"labels",

@@ -161,7 +161,7 @@ class GPT(torch.nn.Module):
         return torch.optim.AdamW(self.parameters(), lr=learning_rate, betas=betas, weight_decay=weight_decay)
 '''
 
-TINY_TRAIN = ["--train", "--iters", "2", "--block", "1", "--warmup", "1"]
+TINY_TRAIN = ["--train", "--device", "cpu", "--iters", "2", "--block", "1", "--warmup", "1"]
 
 
 def test_train_bench_without_nanogpt_says_so_and_times_ours(tmp_path, capsys, monkeypatch):

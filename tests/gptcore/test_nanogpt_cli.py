@@ -1,6 +1,6 @@
 """nanoGPT train.py's command line runs here unchanged (issue 34): its config files (read, never
-run), its own settings (dataset, eval_only, always_save_checkpoint; wandb_*, compile, backend
-accepted with a note), and every refusal's advice works when followed."""
+run), its own settings (dataset, eval_only, always_save_checkpoint; wandb_* and backend accepted
+with a note; compile honoured), and every refusal's advice works when followed."""
 from __future__ import annotations
 
 import math
@@ -78,7 +78,8 @@ def test_eval_only_evaluates_step_zero_and_stops(nanogpt_repo):
     assert [r["kind"] for r in records if r["kind"] in ("train", "eval")] == ["eval"]
     assert records[-1]["kind"] == "done" and records[-1]["reason"] == "eval_only"
     said = " ".join(r["text"] for r in records if r["kind"] == "message")
-    assert "compile=True: accepted, but training runs eagerly" in said and "wandb_log=True" in said
+    assert "wandb_log=True" in said and "compile" not in said  # compile is a setting now, not a note
+    assert RunFolder(nanogpt_repo / "out-shakespeare-char").read_meta()["train_config"]["compile"] is True
 
 
 def test_a_config_line_that_computes_is_refused_with_advice_that_works(nanogpt_repo, capsys):

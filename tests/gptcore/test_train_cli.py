@@ -159,15 +159,14 @@ def test_a_non_finite_loss_stops_names_the_step_and_keeps_the_last_good_checkpoi
 def test_sigterm_during_a_run_saves_and_stops_cleanly(tmp_path, text_file, monkeypatch):
     from gptcore.training.trainer import Trainer
 
-    real_step = Trainer.step
+    real_launch = Trainer.launch
 
     def step_then_signal(self, x, y):
-        loss = real_step(self, x, y)
+        real_launch(self, x, y)
         if self.iter_num == 3:
             os.kill(os.getpid(), signal.SIGTERM)  # the run's handler is installed: it asks the loop to stop
-        return loss
 
-    monkeypatch.setattr(Trainer, "step", step_then_signal)
+    monkeypatch.setattr(Trainer, "launch", step_then_signal)
     out = tmp_path / "term"
     assert train(out, text_file, "--max_iters=50") == 0
     records = read_trace(out / "trace.jsonl")

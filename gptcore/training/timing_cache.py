@@ -1,0 +1,51 @@
+"""The small per-machine cache of timings that decide a training fast path: bfloat16 autocast or
+float32 (autocast_choice.py), torch's fused AdamW or its plain one (adamw_choice.py).
+
+Why one helper: both decisions are measured once per machine (CPU model, torch version, threads)
+and model shape, kept in a JSON file in the user's cache folder (platformdirs), and read back at
+the next run; a damaged or foreign file must count as empty and a file that cannot be written must
+cost a re-measurement, nothing else. The layout: {"version": n, "machines": {machine: {shape: {…}}}}.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def cache_file(name: str) -> Path:
+    """`name` in gptcore's user cache folder."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("gptcore", appauthor=False)) / name
+
+
+def read_entries(path: Path, version: int, fields: tuple[str, ...]) -> dict:
+    """{machine: {shape: entry}} of a cache file, keeping only entries whose `fields` are all
+    positive numbers; an unreadable, foreign or other-version file counts as empty."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("version") != version or not isinstance(data.get("machines"), dict):
+        return {}
+    good = {}
+    for machine, shapes in data["machines"].items():
+        if isinstance(shapes, dict):
+            good[machine] = {k: v for k, v in shapes.items() if isinstance(v, dict) and _figures_ok(v, fields)}
+    return good
+
+
+def _figures_ok(entry: dict, fields: tuple[str, ...]) -> bool:
+    return all(isinstance(entry.get(k), (int, float)) and not isinstance(entry.get(k), bool) and entry[k] > 0
+               for k in fields)
+
+
+def write_entries(path: Path, version: int, entries: dict) -> None:
+    """Best effort: a cache that cannot be written costs a re-measurement next time, nothing else."""
+    from gptcore.io.atomic import atomic_write_bytes
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, json.dumps({"version": version, "machines": entries}, indent=1).encode())
+    except OSError:
+        pass
