@@ -116,20 +116,7 @@ def run_train_bench(nanogpt: str | None = None, iters: int = 200, block: int = 1
     say(f"machine: {machine_line()}; {_device_line(device)}")
     ours = recipe.ours()
     chosen = ours.dtype  # what "auto" became here
-    say(f"ours: gptcore Trainer, {chosen + ' autocast' if chosen != 'float32' else 'float32'}, AdamW fused: "
-        f"{bool(ours.optimizer.defaults.get('fused'))}, torch.compile: {ours.compiled}; attention: SDPA"
-        f"{' (float32 under autocast)' if device.type == 'cpu' else ''}; figures read every "
-        f"{1 if ours.reads_every_step else log_interval} iteration(s)")
-    for choice in (ours.dtype_choice, ours.fused_choice):
-        if choice is not None:
-            say(f"  {choice.describe()}")
-    if module is None:
-        say(MISSING.format(path=path))
-    else:
-        setup = ("float32 and non-fused AdamW, as train.py runs on a CPU" if device.type == "cpu"
-                 else f"{recipe.nanogpt_dtype} autocast and fused AdamW, as train.py runs on CUDA")
-        say(f"nanoGPT: {path} + train.py's loop ({setup}; torch.compile: {recipe.compile}; loss read every "
-            f"{log_interval} iterations)")
+    _describe_sides(ours, module, path, recipe, device, log_interval, say)
     result = dict(dtype=chosen, nanogpt=str(path) if module else None, device=str(device), compiled=recipe.compile)
 
     batches = recipe.batches(max(iters, block) + warmup)
@@ -144,26 +131,7 @@ def run_train_bench(nanogpt: str | None = None, iters: int = 200, block: int = 1
         say(f"  ours: {ours.compile_failure}")
     say(f"timing: {len(samples['ours']) * block} iterations each in blocks of {block}, sides alternating, after "
         f"{warmup} warm-up; medians (the machine may be shared: other processes load both sides alike)")
-    for name, blocks in samples.items():
-        wall, cpu = [w for w, _ in blocks], [c for _, c in blocks]
-        result[f"ms_per_iter_{name}"] = med = statistics.median(wall)
-        result[f"cpu_ms_per_iter_{name}"] = statistics.median(cpu)
-        result[f"tokens_per_s_{name}"] = recipe.tokens_per_iter / (med / 1e3)
-        say(f"  {name:<8}{med:9.2f} ms/iter  {1e3 / med:7.1f} it/s  {recipe.tokens_per_iter / (med / 1e3):11,.0f} tok/s"
-            f"   (best block {min(wall):.2f}, worst {max(wall):.2f}; process CPU time {statistics.median(cpu):.2f} ms/iter)")
-    target = TARGET_RATIO.get(device.type, 1.0)
-    if module is not None:
-        ours_b, ref_b = samples["ours"], samples["nanoGPT"]
-        paired = statistics.median(r[0] / o[0] for o, r in zip(ours_b, ref_b))  # each round: adjacent blocks
-        of_medians = result["ms_per_iter_nanoGPT"] / result["ms_per_iter_ours"]
-        of_cpu = result["cpu_ms_per_iter_nanoGPT"] / result["cpu_ms_per_iter_ours"]
-        result.update(ratio=paired, ratio_of_medians=of_medians, ratio_cpu=of_cpu)
-        verdict = "met" if paired >= target else "MISSED"
-        say(f"ratio (ours it/s / nanoGPT it/s): {paired:.3f} (median over rounds of the two adjacent blocks' ratio)  "
-            f"target >= {target}  {verdict}")
-        say(f"  also: ratio of the wall medians {of_medians:.3f}; of the CPU-time medians {of_cpu:.3f}")
-    else:
-        say("ratio: n/a (no nanoGPT model.py to compare with)")
+    _report_timing(samples, result, recipe, device, module is not None, say)
     config = GPTConfig(**recipe.model_args)
     if device.type == "cuda":
         result.update(gpu_compute_report(config, recipe.rows, result, chosen, device, say, peak_size))
@@ -172,6 +140,49 @@ def run_train_bench(nanogpt: str | None = None, iters: int = 200, block: int = 1
     if loss_iters:
         result["val_loss"] = loss_curves(recipe, module, max(loss_iters), say, same_init)
     return result
+
+
+def _describe_sides(ours, module, path: Path, recipe, device: torch.device, log_interval: int, say) -> None:
+    """Say how each side runs: dtype, AdamW kernel, compile, attention, how often figures are read."""
+    chosen = ours.dtype
+    say(f"ours: gptcore Trainer, {chosen + ' autocast' if chosen != 'float32' else 'float32'}, AdamW fused: "
+        f"{bool(ours.optimizer.defaults.get('fused'))}, torch.compile: {ours.compiled}; attention: SDPA"
+        f"{' (float32 under autocast)' if device.type == 'cpu' else ''}; figures read every "
+        f"{1 if ours.reads_every_step else log_interval} iteration(s)")
+    for choice in (ours.dtype_choice, ours.fused_choice):
+        if choice is not None:
+            say(f"  {choice.describe()}")
+    if module is None:
+        say(MISSING.format(path=path))
+        return
+    setup = ("float32 and non-fused AdamW, as train.py runs on a CPU" if device.type == "cpu"
+             else f"{recipe.nanogpt_dtype} autocast and fused AdamW, as train.py runs on CUDA")
+    say(f"nanoGPT: {path} + train.py's loop ({setup}; torch.compile: {recipe.compile}; loss read every "
+        f"{log_interval} iterations)")
+
+
+def _report_timing(samples: dict, result: dict, recipe, device: torch.device, compared: bool, say) -> None:
+    """Each side's medians into `result` and said; with nanoGPT beside ours, the ratio against the target."""
+    for name, blocks in samples.items():
+        wall, cpu = [w for w, _ in blocks], [c for _, c in blocks]
+        result[f"ms_per_iter_{name}"] = med = statistics.median(wall)
+        result[f"cpu_ms_per_iter_{name}"] = statistics.median(cpu)
+        result[f"tokens_per_s_{name}"] = recipe.tokens_per_iter / (med / 1e3)
+        say(f"  {name:<8}{med:9.2f} ms/iter  {1e3 / med:7.1f} it/s  {recipe.tokens_per_iter / (med / 1e3):11,.0f} tok/s"
+            f"   (best block {min(wall):.2f}, worst {max(wall):.2f}; process CPU time {statistics.median(cpu):.2f} ms/iter)")
+    if not compared:
+        say("ratio: n/a (no nanoGPT model.py to compare with)")
+        return
+    target = TARGET_RATIO.get(device.type, 1.0)
+    ours_b, ref_b = samples["ours"], samples["nanoGPT"]
+    paired = statistics.median(r[0] / o[0] for o, r in zip(ours_b, ref_b))  # each round: adjacent blocks
+    of_medians = result["ms_per_iter_nanoGPT"] / result["ms_per_iter_ours"]
+    of_cpu = result["cpu_ms_per_iter_nanoGPT"] / result["cpu_ms_per_iter_ours"]
+    result.update(ratio=paired, ratio_of_medians=of_medians, ratio_cpu=of_cpu)
+    verdict = "met" if paired >= target else "MISSED"
+    say(f"ratio (ours it/s / nanoGPT it/s): {paired:.3f} (median over rounds of the two adjacent blocks' ratio)  "
+        f"target >= {target}  {verdict}")
+    say(f"  also: ratio of the wall medians {of_medians:.3f}; of the CPU-time medians {of_cpu:.3f}")
 
 
 def _device_line(device: torch.device) -> str:
