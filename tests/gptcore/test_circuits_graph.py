@@ -22,7 +22,7 @@ LLAMA_LIKE = GPTConfig(vocab_size=50, block_size=16, n_layer=3, n_head=4, n_kv_h
                        mlp="swiglu", pos_embedding="rope", bias=False)
 
 
-def random_transcoders(cfg, width=24, k=3, skip=True, seed=0, b_dec=True):
+def random_transcoders(cfg, width=24, k=3, skip=True, seed=0, b_dec=True, frozen=True):
     """Random transcoders at a random GPT's scale (its stream is ~0.1 wide, an MLP's output ~0.02): a
     skip much larger than that would make the frozen model amplify rounding ~40x per layer."""
     gen = torch.Generator().manual_seed(seed)
@@ -37,7 +37,7 @@ def random_transcoders(cfg, width=24, k=3, skip=True, seed=0, b_dec=True):
                 t.b_dec.copy_(0.01 * torch.randn(cfg.n_embd, generator=gen))
             if skip:
                 t.W_skip.copy_(0.003 * torch.randn(cfg.n_embd, cfg.n_embd, generator=gen))
-        out.append(t.requires_grad_(False))
+        out.append(t.requires_grad_(not frozen))
     return out
 
 
@@ -113,11 +113,12 @@ def test_every_edge_equals_the_frozen_models_response(name, cfg, skip):
     model = GPT(cfg, seed=0).eval()
     transcoders = random_transcoders(cfg, skip=skip)
     ids = torch.randint(cfg.vocab_size, (7,))
-    graph = attribution_graph(model, transcoders, ids)
+    graph = attribution_graph(model, random_transcoders(cfg, skip=skip, frozen=False), ids)  # as trained: grads on
     A, base, frozen_logits = frozen_oracle(model, transcoders, ids, graph)
     with torch.no_grad():
         clean_logits = model(ids[None])[0, -1]
     assert torch.allclose(frozen_logits, clean_logits, atol=1e-4)  # the oracle's frozen model is the clean run
+    assert not graph.adjacency.requires_grad  # plain numbers, even from transcoders whose weights want gradients
     scale = float(A.abs().max())
     assert scale > 0 and float((graph.adjacency - A).abs().max()) <= 2e-5 * scale
     assert torch.allclose(graph.pre_activations, base[:graph.n_features], atol=1e-4)

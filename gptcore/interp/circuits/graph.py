@@ -42,6 +42,7 @@ MAX_NODES = 16_384  # the adjacency is N² float32: 1 GiB at this many nodes
 BLOCK_FLOATS = 1 << 20  # one block's (P, B, C) reverse state: 4 MB (the speed is flat from 2^19 to 2^21)
 
 
+@torch.no_grad()
 def attribution_graph(model, transcoders, ids, *, max_logits: int = 10, logit_prob: float = 0.95) -> AttributionGraph:
     """The attribution graph of the prompt `ids` (T,) (or (1, T)) through `transcoders`, one per layer."""
     transcoders = check_transcoders_fit(model, transcoders)
