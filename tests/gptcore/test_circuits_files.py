@@ -59,7 +59,8 @@ def test_the_files_are_circuit_tracers_layout(tmp_path):
     assert (header["activation"], header["k"], header["layer"]) == ("topk", "3", "1")
     config = yaml.safe_load((tmp_path / "config.yaml").read_text())
     assert config["model_kind"] == "transcoder_set" and config["model_name"] == "tiny"
-    assert (config["feature_input_hook"], config["feature_output_hook"]) == ("ln2.hook_normalized", "hook_mlp_out")
+    # circuit-tracer's name for the MLP's input: TransformerLens's ln2.hook_normalized is before ln2's weight
+    assert (config["feature_input_hook"], config["feature_output_hook"]) == ("mlp.hook_in", "hook_mlp_out")
     assert (config["activation"], config["k"], config["scan"]) == ("topk", 3, tmp_path.name)
 
 
@@ -84,6 +85,43 @@ def test_a_relu_skip_set_written_as_circuit_tracer_writes_it_opens(tmp_path):
         assert torch.allclose(t(x), acts @ w["W_dec"] + x @ w["W_skip"].T + w["b_dec"], atol=1e-4)
 
 
+def test_a_set_reading_transformerlens_ln2_hook_normalized_is_folded_with_the_models_norm(tmp_path):
+    """TransformerLens's ln2.hook_normalized is (x - mean) / sigma, before ln2's weight and bias; such a
+    set, given the model, must act on our MLP input exactly as it acts on that x̂."""
+    cfg = GPT2_LIKE.replace(n_layer=2)
+    model = GPT(cfg, seed=0).eval()
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for block in model.blocks:  # a norm that is not the identity
+            block.ln2.weight.copy_(1 + 0.5 * torch.rand(32, generator=gen))
+            block.ln2.bias.copy_(0.3 * torch.randn(32, generator=gen))
+    raw = []
+    for layer in range(2):
+        w = {"W_enc": torch.randn(40, 32, generator=gen) / 6, "W_dec": torch.randn(40, 32, generator=gen),
+             "b_enc": torch.randn(40, generator=gen) - 1, "b_dec": torch.randn(32, generator=gen),
+             "W_skip": torch.randn(32, 32, generator=gen) / 6}
+        save_file(w, str(tmp_path / f"layer_{layer}.safetensors"))
+        raw.append(w)
+    (tmp_path / "config.yaml").write_text("model_kind: transcoder_set\nfeature_input_hook: ln2.hook_normalized\n"
+                                          "feature_output_hook: hook_mlp_out\n")
+    with pytest.raises(CircuitError, match="pass the model"):
+        load_transcoders(tmp_path)
+    with pytest.raises(CircuitError, match="2 layers of transcoders but the model has 3"):
+        load_transcoders(tmp_path, model=GPT(GPT2_LIKE, seed=0))
+    ours = load_transcoders(tmp_path, model=model)
+    ids = torch.randint(50, (2, 9))
+    _, cache = model.run_with_cache(ids)
+    for layer, (t, w) in enumerate(zip(ours, raw)):
+        x = cache[f"blocks.{layer}.hook_resid_mid"]
+        x_hat = (x - x.mean(-1, keepdim=True)) / (x.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()
+        u = cache[f"blocks.{layer}.ln2.hook_normalized"]  # ours: the MLP's input
+        acts = torch.relu(x_hat @ w["W_enc"].T + w["b_enc"])
+        with torch.no_grad():
+            assert torch.allclose(t.encode(u), acts, atol=1e-4)
+            assert torch.allclose(t(u), acts @ w["W_dec"] + x_hat @ w["W_skip"].T + w["b_dec"], atol=1e-4)
+        assert t.metadata["folded_from"] == "ln2.hook_normalized"
+
+
 def test_a_shorter_set_replaces_a_longer_one(tmp_path):
     save_transcoders(random_transcoders(GPT2_LIKE), tmp_path)
     save_transcoders(random_transcoders(GPT2_LIKE.replace(n_layer=2)), tmp_path)
@@ -106,7 +144,7 @@ def _write_layer(folder, layer=0, **tensors):
     (lambda d: (_write_layer(d), (d / "config.yaml").write_text("model_kind: cross_layer_transcoder\n")),
      "cross_layer_transcoder"),
     (lambda d: (_write_layer(d), (d / "config.yaml").write_text("feature_input_hook: hook_resid_mid\n")),
-     "hook_resid_mid"),
+     "hook_resid_mid.*supported: mlp.hook_in or ln2.hook_normalized"),
 ])
 def test_unusable_folders_are_refused_by_name(tmp_path, setup, match):
     setup(tmp_path)

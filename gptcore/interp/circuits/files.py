@@ -8,10 +8,19 @@ applies `x @ W_enc.T` and `x @ W_skip.T`), the transpose of ours, and no other k
 strict: an extra tensor fails). Everything else rides in the safetensors header's metadata and
 in config.yaml: `activation: topk` and `k`. circuit-tracer 0.5.0 ignores both and loads a TopK
 transcoder as plain ReLU (every positive pre-activation active; newer upstream snapshots read
-`activation`/`k`); our loader reads k back. Ours opens circuit-tracer's ReLU transcoders with or
-without skip (k None); JumpReLU (`activation_function.threshold`) and cross-layer transcoders
-are refused by name. Files are written beside their targets and renamed into place, and a
-shorter set removes the extra layer files of a longer one it replaces.
+`activation`/`k`); our loader reads k back.
+
+Hook names differ in one place that matters. Ours, `blocks.{i}.ln2.hook_normalized`, is ln2's
+*output* (weight and bias applied): the MLP's input. TransformerLens's hook of the same name, which
+circuit-tracer reads on GPT-2 (loaded with fold_ln=False), sits *before* ln2's weight and bias.
+So our files name the input `mlp.hook_in` (circuit-tracer's own hook on the MLP's input), and a
+set of its that reads `ln2.hook_normalized` is folded into MLP-input form on loading, exactly,
+with the model's ln2 weight and bias: x̂ = (u - b) / w, so x̂ @ W + c = u @ (W / w) + c - (b / w) @ W
+(`load_transcoders(folder, model=...)`). Ours opens circuit-tracer's ReLU transcoders with or
+without skip (k None); JumpReLU (`activation_function.threshold`), cross-layer transcoders and
+other hooks are refused by name. A folder without config.yaml (circuit-tracer's `to_safetensors`
+writes none) is read as reading the MLP's input. Files are written beside their targets and
+renamed into place, and a shorter set removes the extra layer files of a longer one it replaces.
 """
 from __future__ import annotations
 
@@ -22,13 +31,15 @@ from pathlib import Path
 
 import torch
 
-from gptcore.interp.circuits.transcoder import INPUT_HOOK, OUTPUT_HOOK, CircuitError, Transcoder
+from gptcore.interp.circuits.transcoder import OUTPUT_HOOK, CircuitError, Transcoder, TranscodersDoNotFit
 from gptcore.io.atomic import atomic_path
 from gptcore.io.checkpoints import read_safetensors
 
 CONFIG = "config.yaml"
 LAYER_FILE = re.compile(r"^layer_(\d+)\.safetensors$")
-INPUT_HOOKS = (INPUT_HOOK, "mlp.hook_in")  # the MLP's input, by TransformerLens's and circuit-tracer's names
+MLP_INPUT = "mlp.hook_in"  # circuit-tracer's hook on the MLP's input (after ln2's weight and bias)
+TL_NORMALIZED = "ln2.hook_normalized"  # TransformerLens's: centred and scaled, before ln2's weight and bias
+INPUT_HOOKS = (MLP_INPUT, TL_NORMALIZED)
 OUTPUT_HOOKS = (OUTPUT_HOOK, "mlp.hook_out")
 
 
@@ -45,7 +56,7 @@ def save_transcoders(transcoders, folder, *, model_name: str | None = None, scan
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     k = transcoders[0].k
-    config = {"model_kind": "transcoder_set", "feature_input_hook": INPUT_HOOK, "feature_output_hook": OUTPUT_HOOK,
+    config = {"model_kind": "transcoder_set", "feature_input_hook": MLP_INPUT, "feature_output_hook": OUTPUT_HOOK,
               "scan": scan or folder.name, "model_name": model_name, "activation": "relu" if k is None else "topk",
               "k": k, "written_by": "gptcore.save_transcoders"}
     with contextlib.ExitStack() as stack:
@@ -61,8 +72,10 @@ def save_transcoders(transcoders, folder, *, model_name: str | None = None, scan
     return folder
 
 
-def load_transcoders(folder) -> list[Transcoder]:
-    """The per-layer transcoders in `folder` (ours or circuit-tracer's), float32 on the CPU."""
+def load_transcoders(folder, model=None) -> list[Transcoder]:
+    """The per-layer transcoders in `folder` (ours or circuit-tracer's), float32 on the CPU, reading the
+    MLP's input. `model`: the model they were trained on, needed only to fold a set that reads
+    TransformerLens's ln2.hook_normalized (before ln2's weight and bias)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise CircuitError(f"{folder} is not a folder of transcoders (one holds layer_0.safetensors, ... and "
@@ -78,7 +91,39 @@ def load_transcoders(folder) -> list[Transcoder]:
     widths = {t.width for t in out}
     if len(widths) > 1:
         raise CircuitError(f"{folder}: the layers have different widths {sorted(widths)}; a set has one width")
+    if config.get("feature_input_hook", MLP_INPUT) == TL_NORMALIZED:
+        _fold_norm_weights(out, model, folder)
     return out
+
+
+def _fold_norm_weights(transcoders, model, folder: Path) -> None:
+    """Rewrite transcoders that read x̂ (ln2 before its weight w and bias b) to read u = x̂ * w + b."""
+    if model is None:
+        raise CircuitError(f"{folder} holds transcoders that read TransformerLens's ln2.hook_normalized, before "
+                           "ln2's weight and bias; pass the model they were trained on (load_transcoders(folder, "
+                           "model=...)) so they can be rewritten to read the MLP's input")
+    blocks = getattr(model, "blocks", None)
+    if blocks is None or len(blocks) != len(transcoders):
+        have = len(blocks) if blocks is not None else "no"
+        raise TranscodersDoNotFit(f"{folder} holds {len(transcoders)} layers of transcoders but the model has {have} "
+                                  "blocks; open the model they were trained on")
+    with torch.no_grad():
+        for t, block in zip(transcoders, blocks):
+            w = block.ln2.weight.detach().float().cpu()  # (d,)
+            b = block.ln2.bias.detach().float().cpu() if getattr(block.ln2, "bias", None) is not None else torch.zeros_like(w)
+            if len(w) != t.d_in:
+                raise TranscodersDoNotFit(f"{folder}: layer {t.layer} reads {t.d_in} numbers but the model's ln2 has "
+                                          f"{len(w)}; open the model they were trained on")
+            if float(w.abs().min()) < 1e-6:
+                raise CircuitError(f"ln2 of block {t.layer} has a weight of ~0, so its input cannot be recovered from "
+                                   "its output; these transcoders cannot be rewritten for this model")
+            shift = b / w  # (d,): x̂ = u / w - shift
+            t.b_enc -= shift @ t.W_enc
+            t.W_enc /= w[:, None]
+            if t.W_skip is not None:
+                t.b_dec -= shift @ t.W_skip
+                t.W_skip /= w[:, None]
+            t.metadata = {**t.metadata, "folded_from": TL_NORMALIZED}
 
 
 def _tensors(t: Transcoder) -> dict:
@@ -94,7 +139,7 @@ def _tensors(t: Transcoder) -> dict:
 def _header(t: Transcoder) -> dict:
     """safetensors metadata: strings only."""
     return {"layer": str(t.layer), "activation": "relu" if t.k is None else "topk", "k": "" if t.k is None else str(t.k),
-            "feature_input_hook": INPUT_HOOK, "feature_output_hook": OUTPUT_HOOK,
+            "feature_input_hook": MLP_INPUT, "feature_output_hook": OUTPUT_HOOK,
             "gptcore_metadata": json.dumps(t.metadata, default=str)}
 
 
@@ -122,9 +167,9 @@ def _read_config(folder: Path) -> dict:
     for key, allowed in (("feature_input_hook", INPUT_HOOKS), ("feature_output_hook", OUTPUT_HOOKS)):
         hook = config.get(key)
         if hook is not None and hook not in allowed:
-            raise CircuitError(f"{path}: {key} is {hook!r}; supported: {' or '.join(allowed)} (the MLP's input "
-                               "after ln2, and its output). Transcoders trained elsewhere in the block do not "
-                               "replace the MLP as the graph needs")
+            raise CircuitError(f"{path}: {key} is {hook!r}; supported: {' or '.join(allowed)} (the MLP's input, "
+                               "and its output). Transcoders trained elsewhere in the block do not replace the MLP "
+                               "as the graph needs")
     return config
 
 
