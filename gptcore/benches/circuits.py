@@ -48,8 +48,8 @@ def char_transcoders(args, say) -> dict:
         model, corpus = load(args.model)[0].eval(), load_corpus()
     else:
         model, corpus = char_model(args.train_seconds, say)
-    train_ids, val_ids = windows(corpus.train, 64), windows(corpus.val, 64)
-    tokens = 100_000 if args.quick else args.tokens
+    train_ids, val_ids = windows(corpus.train, 64, 512 if args.quick else None), windows(corpus.val, 64)
+    tokens = 65_536 if args.quick else args.tokens
     box = {}
     start = time.perf_counter()
     peak = peak_extra_bytes(lambda: box.setdefault("t", train_transcoders(
