@@ -38,6 +38,8 @@ from gptcore.interp.circuits.files import load_transcoders, save_transcoders
 from gptcore.interp.circuits.graph import attribution_graph
 from gptcore.interp.circuits.prune import cumulative_influence, prune_graph
 from gptcore.interp.circuits.transcoder import Transcoder
+from gptcore.model.config import GPTConfig
+from gptcore.model.gpt import GPT
 
 SHAPE = dict(vocab_size=50257, n_positions=32, n_embd=64, n_layer=3, n_head=4)
 BOS = 50256
@@ -258,8 +260,9 @@ def their_graph_of(g, ours_model, tok):
     from circuit_tracer.graph import Graph
     from transformer_lens import HookedTransformerConfig
 
-    cfg = HookedTransformerConfig(n_layers=g.n_layers, d_model=ours_model.config.n_embd, n_ctx=32, d_head=16,
-                                  n_heads=4, d_vocab=ours_model.config.vocab_size, act_fn="gelu_new",
+    cfg = HookedTransformerConfig(n_layers=g.n_layers, d_model=ours_model.config.n_embd, n_ctx=64,
+                                  d_head=ours_model.config.head_dim, n_heads=ours_model.config.n_head,
+                                  d_vocab=ours_model.config.vocab_size, act_fn="gelu_new",
                                   tokenizer_name="gpt2", model_name="gpt2-random", device="cpu")
     return Graph(input_string=tok.decode(g.tokens.tolist()), input_tokens=g.tokens, active_features=g.features,
                  adjacency_matrix=g.adjacency, cfg=cfg, selected_features=torch.arange(g.n_features),
@@ -268,12 +271,12 @@ def their_graph_of(g, ours_model, tok):
                  logit_probabilities=g.logit_probs, scan="ours")
 
 
-def pruning(graphs, ours_model, tok) -> list[bool]:
+def pruning(graphs, tok) -> list[bool]:
     from circuit_tracer.graph import prune_graph as their_prune
 
     results = []
-    for name, g in graphs:
-        their = their_graph_of(g, ours_model, tok)
+    for name, g, model in graphs:
+        their = their_graph_of(g, model, tok)
         for node_t, edge_t in ((0.8, 0.98), (0.5, 0.9), (0.95, 0.99)):
             nodes, edges = prune_graph(g, node_t, edge_t)
             t_nodes, t_edges, t_scores = their_prune(their, node_t, edge_t)
@@ -346,7 +349,13 @@ def main() -> int:
                                            their_model(parts, their_set), folded)[0]
         other = attribution_graph(ours_model, random_set(SHAPE["n_embd"], 128, 8, SHAPE["n_layer"], seed=5),
                                   torch.tensor(PROMPT[1:]))
-        results += pruning([("the ReLU graph", g), ("a TopK graph", other)], ours_model, tok)
+        big_model = GPT(GPTConfig(vocab_size=SHAPE["vocab_size"], block_size=64, n_layer=4, n_head=4, n_embd=256),
+                        seed=0).eval()
+        big = attribution_graph(big_model, random_set(256, 2048, 16, 4, seed=6),
+                                torch.randint(SHAPE["vocab_size"], (64,), generator=torch.Generator().manual_seed(0)))
+        results += pruning([("the ReLU graph", g, ours_model), ("a TopK graph", other, ours_model),
+                            (f"a {big.n_nodes:,}-node graph (4 layers x 256, width 2048, k 16, 64 tokens)", big,
+                             big_model)], tok)
         results += graph_files(g, ours_model, tok)
     print(f"{sum(results)} of {len(results)} checks passed")
     return 0 if all(results) else 1

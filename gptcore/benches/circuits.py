@@ -144,6 +144,10 @@ def graph_speed(args, say) -> dict:
     seconds, _ = timed(lambda: attribution_graph(model, transcoders, ids), runs=1 if args.quick else 3,
                        device=torch.device("cpu"), warmup=0)
     g = box["g"]
+    prune_box = {}
+    prune_peak = peak_extra_bytes(lambda: prune_box.setdefault("p", prune_graph(g)), calls=1)
+    prune_s, _ = timed(lambda: prune_graph(g), runs=1 if args.quick else 3, device=torch.device("cpu"), warmup=0)
+    kept_nodes, kept_edges = (int(m.sum()) for m in prune_box["p"])
     batches = 1 if args.quick else 2
     ref_s, worst = autograd_rows(model, transcoders, ids, g, batches=batches, batch=64)
     n_targets = g.n_features + g.n_logits
@@ -152,12 +156,15 @@ def graph_speed(args, say) -> dict:
     say(f"graph at {cfg.n_layer} layers × {cfg.n_embd} wide, width {width}, k {k}, {T} tokens: {g.n_nodes:,} nodes "
         f"in {seconds:.2f} s (bar <= 10 s), peak extra memory {peak / 2**20:.0f} MB (the {adjacency_mb:.0f} MB "
         f"adjacency, the clean run, the reverse blocks)")
+    say(f"  pruned (0.8, 0.98) to {kept_nodes} nodes and {kept_edges:,} edges in {prune_s:.2f} s, peak extra memory "
+        f"{prune_peak / 2**20:.0f} MB")
     say(f"  one autograd backward per batch of 64 targets through the frozen model (circuit-tracer's way): "
         f"{ref_s / batches:.2f} s a batch, {ref_total:.0f} s for all {n_targets:,} targets "
         f"({ref_total / seconds:.0f}x ours); its rows equal ours to {worst:.1e} (relative)")
     return {"graph_s": seconds, "graph_nodes": g.n_nodes, "graph_peak_mb": peak / 2**20,
             "graph_adjacency_mb": adjacency_mb, "graph_autograd_s": ref_total, "graph_speedup": ref_total / seconds,
-            "graph_autograd_rel_diff": worst}
+            "graph_autograd_rel_diff": worst, "prune_s": prune_s, "prune_peak_mb": prune_peak / 2**20,
+            "prune_kept_nodes": kept_nodes, "prune_kept_edges": kept_edges}
 
 
 def autograd_rows(model, transcoders, ids, g, *, batches: int, batch: int):

@@ -10,7 +10,8 @@ edges its viewer would keep.
    logits are always kept, errors are not protected.
 4. Edges: on A with the dropped nodes' rows and columns zeroed, re-normalised, each edge scores
    its normalised weight times its target's influence (plus the target's own logit weight);
-   keep those reaching the threshold for `edge_threshold` (over all N² entries).
+   keep those reaching the threshold for `edge_threshold` (over all N² entries; computed on the
+   kept nodes' K × K block, where every nonzero score is).
 5. Until nothing changes: a feature or error without a kept outgoing edge, or a feature without a
    kept incoming one, is dropped, and its edges with it.
 
@@ -49,12 +50,18 @@ def prune_graph(graph, node_threshold: float = 0.8, edge_threshold: float = 0.98
     influence = _influence(normalized(A), w)
     node_mask = influence >= find_threshold(influence, node_threshold)
     node_mask[n_sources:] = True
-    pruned = A.clone()
-    pruned[~node_mask] = 0
-    pruned[:, ~node_mask] = 0
-    pruned_norm = normalized(pruned)
-    edge_scores = pruned_norm * (_influence(pruned_norm, w) + w)[:, None]
-    edge_mask = edge_scores >= find_threshold(edge_scores.flatten(), edge_threshold)
+    # Steps 4-5 on the kept nodes only: dropped nodes' rows and columns are zero, so their scores are 0
+    # (K² work and memory instead of N²; the zeros count only where the threshold runs into them).
+    kept = node_mask.nonzero()[:, 0]
+    pruned_norm = normalized(A[kept][:, kept])  # (K, K)
+    w_kept = w[kept]
+    edge_scores = pruned_norm * (_influence(pruned_norm, w_kept) + w_kept)[:, None]  # (K, K)
+    threshold = find_threshold(edge_scores.flatten(), edge_threshold, size=N * N)
+    if threshold > 0:
+        edge_mask = torch.zeros(N, N, dtype=torch.bool)
+        edge_mask[kept[:, None], kept[None, :]] = edge_scores >= threshold
+    else:  # circuit-tracer's threshold of 0 keeps every entry, zeros included
+        edge_mask = torch.ones(N, N, dtype=torch.bool)
     _drop_dangling(node_mask, edge_mask, n_sources, graph.n_features)
     return PrunedGraph(node_mask, edge_mask)
 
@@ -82,16 +89,24 @@ def logit_weights(graph) -> torch.Tensor:
 
 
 def normalized(A: torch.Tensor) -> torch.Tensor:
-    """|A| with each row divided by its sum (floored at 1e-10, so a zero row stays zero)."""
+    """|A| with each row divided by its sum (floored at 1e-10, so a zero row stays zero); one copy of A."""
     magnitude = A.abs()
-    return magnitude / magnitude.sum(dim=1, keepdim=True).clamp(min=1e-10)
+    return magnitude.div_(magnitude.sum(dim=1, keepdim=True).clamp(min=1e-10))
 
 
-def find_threshold(scores: torch.Tensor, keep: float) -> torch.Tensor:
-    """The score at which the scores from the largest down first reach `keep` of their total."""
-    ranked = torch.sort(scores, descending=True).values
+def find_threshold(scores: torch.Tensor, keep: float, size: int | None = None) -> torch.Tensor:
+    """The score at which the scores (>= 0) from the largest down first reach `keep` of their total.
+    Zeros add nothing to the running total, so only the nonzero scores are sorted; `size` counts the
+    zeros left out of `scores` too. Where rounding makes the share stop short of `keep` (keep = 1),
+    the index runs into the zeros, and the threshold is 0, as circuit-tracer's is."""
+    size = scores.numel() if size is None else size
+    ranked = torch.sort(scores[scores != 0], descending=True).values
+    if len(ranked) == 0:
+        return torch.zeros((), dtype=scores.dtype)
     share = torch.cumsum(ranked, 0) / ranked.sum()
-    index = min(int(torch.searchsorted(share, torch.tensor(keep, dtype=share.dtype))), len(ranked) - 1)
+    index = int(torch.searchsorted(share, torch.tensor(keep, dtype=share.dtype)))
+    if index >= len(ranked):
+        return ranked[-1] if size == len(ranked) else torch.zeros((), dtype=scores.dtype)
     return ranked[index]
 
 
