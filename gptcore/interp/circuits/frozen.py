@@ -8,9 +8,11 @@ normalised input (everything else it writes is frozen, i.e. a source). So the ef
 added at one point on a reader's value elsewhere is one vector-Jacobian product, and the Jacobian
 of the whole frozen model can be applied backwards to many readers at once as matrix products:
 `ReverseOps` holds, per layer, the three transposed maps (norm, attention, skip) on a block of
-reader gradients (B, P, C), B readers over positions 0..P-1. Positions past P are never touched:
+reader gradients (P, B, C), B readers over positions 0..P-1. Positions past P are never touched:
 a reader at position p depends only on positions <= p (causal attention), so a block of readers
-that all sit before P needs only the first P positions (this halves the work on average).
+that all sit before P needs only the first P positions (this halves the work on average). A
+norm's weight and centring are folded into the matrix before it (`into_norm`), so each layer
+costs its three (C, C)-sized products and one multiply by 1/sigma per position.
 """
 from __future__ import annotations
 

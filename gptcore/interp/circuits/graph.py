@@ -21,16 +21,23 @@ most `max_feature_nodes` features (ranked by influence); here every active featu
 and the prompt is refused past MAX_NODES nodes instead.
 
 How (the speed): no backward per target. The frozen model's transposed layers (frozen.py) are
-applied to a block of targets at once, as (B, P, C) matrix products, starting where the targets
-read (a feature joins at its layer, a logit at the top) and reading off every source's edge
-where it writes (one batched product per layer: the gradient at each position against the
-vectors written there). Blocks hold targets of one layer in position order, so a block of
-targets before position P touches only P positions. Memory: the (N, N) float32 adjacency plus
-about 4 · BLOCK_FLOATS floats of working state.
+applied to a block of targets at once, as matrix products on a position-major (P, B, C) state,
+starting where the targets read (a feature joins at its layer, a logit at the top) and reading
+off every source's edge where it writes (one batched product per layer: the gradient at each
+position against the vectors written there). Blocks hold targets of one layer in position order,
+so a block of targets before position P touches only P positions. Measured (gptcore.bench
+--circuits, 2 shared AMD EPYC cores): 4 layers × 256 wide, width-2,048 k-16 transcoders, 64
+tokens, 4,426 nodes: 4.5 s, against ~110-200 s for one autograd backward per batch of 64 targets.
+
+Memory: the (N, N) float32 adjacency (75 MB at 4,426 nodes; MAX_NODES = 16,384 bounds it at
+1 GiB), plus a block's state, at most BLOCK_FLOATS floats, and about three more of its size
+while it is worked on, plus the clean run (per layer: five (T, C) stream captures and the (nh, T,
+T) pattern) and one dense (T, width) encoding at a time. Peak extra memory measured at the size
+above: 132 MB.
 """
 from __future__ import annotations
 
-import math
+import copy
 
 import torch
 
@@ -160,11 +167,10 @@ class _Builder:
 def _active_features(t, x, y) -> dict:
     """The layer's active features sorted by (position, feature), with activations, pre-activations and
     the transcoder's error at every position. x (T, d) its input, y (T, d) the MLP's output."""
-    with torch.no_grad():
-        pre = t.pre_acts(x)  # (T, width)
-        acts = t.encode(x)  # (T, width)
-        position, feature = acts.nonzero(as_tuple=True)  # row-major: sorted by (position, feature)
-        error = y - t.decode(acts, x)  # (T, d)
+    pre = t.pre_acts(x)  # (T, width)
+    acts = t.encode(x)  # (T, width)
+    position, feature = acts.nonzero(as_tuple=True)  # row-major: sorted by (position, feature)
+    error = y - t.decode(acts, x)  # (T, d)
     return {"position": position, "feature": feature, "activation": acts[position, feature],
             "pre": pre[position, feature], "error": error}
 
@@ -173,8 +179,6 @@ def _float_copy(t, device):
     """The transcoder in float32 on `device`, without touching the caller's object."""
     if t.W_enc.dtype == torch.float32 and t.W_enc.device == torch.device(device):
         return t
-    import copy
-
     return copy.deepcopy(t).to(device=device, dtype=torch.float32)
 
 
