@@ -27,7 +27,8 @@ off every source's edge where it writes (one batched product per layer: the grad
 position against the vectors written there). Blocks hold targets of one layer in position order,
 so a block of targets before position P touches only P positions. Measured (gptcore.bench
 --circuits, 2 shared AMD EPYC cores): 4 layers × 256 wide, width-2,048 k-16 transcoders, 64
-tokens, 4,426 nodes: 4.5 s, against ~110-200 s for one autograd backward per batch of 64 targets.
+tokens, 4,426 nodes: 4.5-4.8 s under load, against 106-198 s for one autograd backward per batch of
+64 targets (circuit-tracer's way).
 
 Memory: the (N, N) float32 adjacency (75 MB at 4,426 nodes; MAX_NODES = 16,384 bounds it at
 1 GiB), plus a block's state, at most BLOCK_FLOATS floats, and about three more of its size

@@ -8,8 +8,9 @@ input x, not x - b_dec (so b_dec gets only the decoder's gradient); the loss com
 target y (the MLP's output), not with x; and the skip matrix W_skip adds a dense x @ W_skip, whose
 gradient is one (d_in, d_out) product per batch. AuxK is the SAE recipe's: the top k_aux =
 d_out/2 dead latents of each row predict the main residual, weight 1/32, scaled down while few
-are dead. Measured (gptcore.bench --circuits): this step against the same loss through autograd
-with dense tensors.
+are dead. Measured (gptcore.bench --circuits, 2 shared AMD EPYC cores, d 128, width 1,024, k 16,
+batch 4,096): 90-120 ms a step against 200-370 ms for the same loss through autograd with dense
+tensors (2.2-3.1x).
 """
 from __future__ import annotations
 
