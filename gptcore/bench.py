@@ -2,7 +2,8 @@
 
 Only a dispatcher: the benches themselves live in `gptcore.benches` (apart from the library
 modules); see that package for what each measures. `--train` selects the training bench
-(benches/training.py), `--sae` the sparse-autoencoder bench (benches/sae.py); anything else is
+(benches/training.py), `--sae` the sparse-autoencoder bench (benches/sae.py), `--circuits` the
+transcoder and attribution-graph bench (benches/circuits.py); anything else is
 the inference bench against HF transformers (benches/hf_compare.py).
 """
 from __future__ import annotations
@@ -20,6 +21,11 @@ def main(argv=None) -> int:
         from gptcore.benches import training
 
         return training.main(argv)
+    if "--circuits" in argv:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as for --train: before torch loads
+        from gptcore.benches import circuits
+
+        return circuits.main(argv)
     if "--sae" in argv:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as for --train: before torch loads
         from gptcore.benches import sae

@@ -97,6 +97,8 @@ SLOW = {
     "tests/gptcore/test_nanogpt_interop.py": {"test_a_run_on_a_nanogpt_data_folder_is_sampled_by_sample_py"},
     "tests/gptcore/test_probes_incremental.py": {
         "test_typing_past_block_size_with_slack_reuses_the_window_and_equals_a_full_recompute"},
+    "tests/gptcore/test_circuits_bench.py": {"test_the_circuits_bench_quick_json_has_the_promised_keys"},
+    "tests/gptcore/test_circuits_transcoder.py": {"test_a_transcoder_recovers_a_known_sparse_map"},
     "tests/gptcore/test_sae_bench.py": {"test_the_sae_bench_quick_json_has_the_promised_keys"},
     "tests/gptcore/test_train_cli.py": {
         "test_ctrl_c_in_a_real_process_leaves_a_loadable_checkpoint_while_a_reader_follows",

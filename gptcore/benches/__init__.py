@@ -17,6 +17,11 @@ tests); these modules may pull heavy references the library never needs at run t
   (`sae_speed`), a char model's SAE and its quality bars, the fp16 disk cache.
 - `sae_lens_check` — `python -m gptcore.benches.sae_lens_check`: our SAE files opened by SAELens and
   SAELens's by ours (run in an interpreter that has sae-lens).
+- `circuits`    — `python -m gptcore.bench --circuits`: a char model's transcoders and their quality bars,
+  the transcoder training step against autograd, the attribution graph's time and memory at the
+  issue's size against one autograd backward per batch of targets.
+- `circuit_tracer_check` — `python -m gptcore.benches.circuit_tracer_check`: our transcoder files,
+  graphs, pruning and graph JSON against circuit-tracer itself (run in an interpreter that has it).
 - `probe_cost`  — `python -m gptcore.benches.probe_cost`: what the training probes cost.
 - `timing`      — interleaved medians and the machine's name, shared by every bench.
 """

@@ -1,0 +1,163 @@
+"""Transcoders and their trainer (issue 38): circuit-tracer's semantics with TopK, the hand-written
+gradients against autograd, recovery of a known sparse map, determinism, warm start, progress,
+cancel and refusals. Oracles are written here."""
+import math
+
+import pytest
+import torch
+
+from gptcore import CircuitError, Transcoder, fit_transcoder
+from gptcore.errors import Cancelled, UserError
+from gptcore.interp.circuits.train_step import TranscoderTrainer
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def random_transcoder(d=8, width=32, k=4, skip=True, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    t = Transcoder(d, width, k, layer=1, skip=skip)
+    with torch.no_grad():
+        for p in t.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen))
+    return t.requires_grad_(False)
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_encode_keeps_the_k_largest_relud_and_decode_adds_bias_and_skip(skip):
+    t = random_transcoder(skip=skip)
+    x = torch.randn(5, 8)
+    pre = x @ t.W_enc + t.b_enc  # no input centring: circuit-tracer's x @ W_enc.T + b_enc, ours transposed
+    f = t.encode(x)
+    for row in range(5):
+        top = set(pre[row].topk(4).indices.tolist())
+        for j in range(32):
+            want = max(float(pre[row, j]), 0.0) if j in top else 0.0
+            assert float(f[row, j]) == pytest.approx(want, abs=1e-5)
+    want = f @ t.W_dec + t.b_dec + (x @ t.W_skip if skip else 0)
+    assert torch.allclose(t.decode(f, x), want, atol=1e-5)
+    assert torch.allclose(t(x), want, atol=1e-4)  # the sparse forward = decode(encode)
+    assert (t.input_hook, t.output_hook) == ("blocks.1.ln2.hook_normalized", "blocks.1.hook_mlp_out")
+
+
+def test_a_relu_transcoder_keeps_every_positive_pre_activation():
+    t = random_transcoder(k=4)
+    t.k = None
+    x = torch.randn(6, 8)
+    assert torch.allclose(t.encode(x), (x @ t.W_enc + t.b_enc).relu())
+    assert torch.allclose(t(x), t.decode(t.encode(x), x), atol=1e-5)
+    with pytest.raises(CircuitError, match="ReLU"):
+        t.encode_topk(x)
+
+
+@pytest.mark.parametrize("n_dead", [0, 3, 20])
+@pytest.mark.parametrize("skip", [True, False])
+def test_the_hand_written_gradients_equal_autograd(n_dead, skip):
+    B, d, W, k = 40, 12, 64, 4
+    gen = torch.Generator().manual_seed(2)
+    dec = torch.randn(W, d, generator=gen)
+    dec /= dec.norm(dim=1, keepdim=True)
+    enc = torch.randn(W, d, generator=gen)
+    tr = TranscoderTrainer(enc, torch.randn(W, generator=gen), dec, 0.1 * torch.randn(d, generator=gen),
+                           0.1 * torch.randn(d, d, generator=gen) if skip else None, k, 1e-3, dead_tokens=0)
+    tr.since_fired[:n_dead] = 1  # > dead_tokens: these are dead
+    x, y = torch.randn(B, d, generator=gen), 2 * torch.randn(B, d, generator=gen) + 1
+    # oracle: the TopK recipe's loss through dense tensors, autograd
+    params = [p.clone().requires_grad_() for p in tr.params]
+    E, b_enc, D, b_dec = params[:4]
+    pre = x @ E.T + b_enc
+    vals, idx = pre.topk(k)
+    recon = (vals.relu()[:, :, None] * D[idx]).sum(1) + b_dec + (x @ params[4] if skip else 0)
+    total = (y - y.mean(0)).pow(2).sum()
+    e = y - recon
+    loss = e.pow(2).sum() / total
+    if n_dead:
+        k_aux = min(d // 2, n_dead)
+        masked = torch.where(torch.arange(W)[None] < n_dead, pre, -math.inf)
+        a_vals, a_idx = masked.topk(k_aux)
+        e_hat = (a_vals.relu()[:, :, None] * D[a_idx]).sum(1)
+        loss = loss + min(n_dead / (d // 2), 1.0) * (e_hat - e.detach()).pow(2).sum() / total / 32
+    loss.backward()
+    fvu, grads, _ = tr.gradients(x, y)
+    assert fvu == pytest.approx(float(e.detach().pow(2).sum() / total), rel=1e-5)
+    radial = (D.grad * tr.W_dec).sum(1, keepdim=True) * tr.W_dec  # decoder rows stay unit: radial part removed
+    want = [E.grad, b_enc.grad, D.grad - radial, b_dec.grad] + ([params[4].grad] if skip else [])
+    assert len(grads) == len(want)
+    for got, ref in zip(grads, want):
+        assert torch.allclose(got, ref, atol=1e-5, rtol=1e-4)
+
+
+def sparse_map_data(n=30_000, d=32, n_true=48, k_true=2, seed=0):
+    """x = a sparse non-negative code over n_true > d directions U; y = the same code through other
+    directions V, plus a constant: not a linear function of x, but exactly a k_true-sparse transcoder."""
+    gen = torch.Generator().manual_seed(seed)
+    U = torch.randn(n_true, d, generator=gen)
+    U /= U.norm(dim=1, keepdim=True)
+    V = torch.randn(n_true, d, generator=gen)
+    V /= V.norm(dim=1, keepdim=True)
+    idx = torch.stack([torch.randperm(n_true, generator=gen)[:k_true] for _ in range(n)])
+    code = torch.zeros(n, n_true).scatter_(1, idx, 1 + torch.rand(n, k_true, generator=gen))
+    return code @ U, 2 * code @ V + 0.5, V
+
+
+def held_out_fvu(t, x, y) -> float:
+    with torch.no_grad():
+        return float((t(x) - y).pow(2).sum() / (y - y.mean(0)).pow(2).sum())
+
+
+def test_a_transcoder_recovers_a_known_sparse_map():
+    x, y, V = sparse_map_data()
+    t = fit_transcoder(x[:25_000], y[:25_000], width=96, k=2, tokens=300_000, batch=1024, lr=3e-3, seed=1, skip=False)
+    assert held_out_fvu(t, x[25_000:], y[25_000:]) < 0.08
+    # the true output directions are found as decoder rows: the features are the map's own
+    cos = (V @ t.W_dec.T / t.W_dec.norm(dim=1)).max(1).values  # (n_true,)
+    assert float((cos > 0.9).float().mean()) >= 0.9
+
+
+def test_fitting_is_deterministic_and_the_seed_matters():
+    x, y, _ = sparse_map_data(n=4000)
+    a = fit_transcoder(x, y, width=32, k=3, tokens=8192, batch=512, lr=3e-3, seed=5)
+    b = fit_transcoder(x, y, width=32, k=3, tokens=8192, batch=512, lr=3e-3, seed=5)
+    c = fit_transcoder(x, y, width=32, k=3, tokens=8192, batch=512, lr=3e-3, seed=6)
+    for name, p in a.named_parameters():
+        assert torch.equal(p, dict(b.named_parameters())[name]), name
+    assert not torch.equal(a.W_dec, c.W_dec)
+    assert a.metadata["seed"] == 5 and a.metadata["training_tokens"] == 8192
+
+
+def test_a_warm_start_reads_the_previous_transcoder_in_its_own_units():
+    x, y, _ = sparse_map_data(n=4000)
+    first = fit_transcoder(x, y, width=32, k=3, tokens=8192, batch=512, lr=3e-3)
+    # one step at a learning rate of ~0: raw -> scaled -> raw gives the same transcoder back
+    again = fit_transcoder(x, y, width=32, k=3, tokens=512, batch=512, lr=1e-12, init=first)
+    for name, p in first.named_parameters():
+        assert torch.allclose(p, dict(again.named_parameters())[name], atol=1e-5, rtol=1e-4), name
+    with pytest.raises(CircuitError, match="same shape"):
+        fit_transcoder(x, y, width=64, k=3, tokens=512, batch=512, init=first)
+
+
+def test_progress_counts_tokens_and_cancel_stops():
+    x, y, _ = sparse_map_data(n=2000)
+    seen = []
+    fit_transcoder(x, y, width=32, k=3, tokens=4096, batch=512, lr=3e-3, layer=2,
+                   progress=lambda done, total, msg: seen.append((done, total, msg)))
+    assert seen[-1][:2] == (4096, 4096) and all(b[0] > a[0] for a, b in zip(seen, seen[1:]))
+    assert "layer 2" in seen[-1][2]
+    calls = []
+    with pytest.raises(Cancelled):
+        fit_transcoder(x, y, width=32, k=3, tokens=4096, batch=512, cancel=lambda: calls.append(1) or len(calls) > 2)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(width=32, k=32), "k=32"), (dict(width=0, k=1), "width"), (dict(width=32, k=None), "pass k"),
+    (dict(width=32, k=3, layer=-1), "layer")])
+def test_bad_settings_are_refused_by_name(kwargs, match):
+    x, y, _ = sparse_map_data(n=600)
+    with pytest.raises(CircuitError, match=match) as err:
+        fit_transcoder(x, y, tokens=512, batch=512, **{"layer": 0, **kwargs})
+    assert isinstance(err.value, UserError)
+
+
+def test_inputs_and_targets_must_pair_row_for_row():
+    x, y, _ = sparse_map_data(n=600)
+    with pytest.raises(CircuitError, match="600 rows but targets 500"):
+        fit_transcoder(x, y[:500], width=32, k=3, tokens=512, batch=512)
