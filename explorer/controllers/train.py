@@ -250,16 +250,16 @@ class TrainController(RunFollowing, PanelController[TrainView]):
             self.choose_step(scheme, kept[-1])
 
     def use_final_model(self) -> None:
-        """The run's latest full checkpoint (ckpt.pt) becomes the session's model, loaded as a file."""
+        """The run's latest full checkpoint (ckpt.pt) becomes the session's model: the run's step it was
+        saved at, with the run's facts (the banner, Features' SAEs and corpus follow)."""
         f, scheme = self.follower, self.scheme()
         if f is None or f.ckpt_path(scheme) is None:
             self.view.set_message("this run has no ckpt.pt yet (one is written at each eval); wait for the first eval")
             return
-        self.follow_session = False
+        self.follow_session = True
         training = self.ctx.session.training
         self.submit(USE_KEY, lambda token, progress: training.use_final(f, scheme, cancel=token),
-                    still_current=lambda: self.follower is f,
-                    on_result=lambda info: self.ctx.show_message(f"the session's model is now {info.name}"),
+                    still_current=lambda: self.follower is f, on_result=self._step_shown,
                     on_error=lambda exc: self.view.set_message(
                         self.report_error(exc, "Using the run's model failed").inline))
 

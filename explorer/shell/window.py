@@ -189,13 +189,18 @@ class MainWindow(ModelLoading, QMainWindow):
             if slot.panel is not None:
                 slot.panel.set_shown(name == current)
 
-    def open_run(self, path: str | None = None) -> None:
-        """File → Open run… (a folder dialog) or --run DIR: the Train panel follows the run."""
+    def open_run(self, path: str | None = None, show: bool = True) -> None:
+        """File → Open run… (a folder dialog) or --run DIR: the Train panel follows the run. `show`
+        False (--run with another --panel): the panel in front stays; the Train panel is built behind
+        it once there is a model, and follows the run from there."""
         if path and self._slots["train"].panel is None:
             self.ctx.run = str(path)  # the Train panel opens it when it is built (now, or once the session exists)
-            self.show_panel("train")
+            if show:
+                self.show_panel("train")
+            else:
+                self.panel("train")
             return
-        page = self.show_panel("train")
+        page = self.show_panel("train") if show else self.panel("train")
         if page is not None:
             page.open_run(path)
 
@@ -267,6 +272,8 @@ class MainWindow(ModelLoading, QMainWindow):
         """Status bar, banner and title for the session's model; the panel in view built."""
         self._update_status()
         self._ensure_current_built()
+        if self.ctx.run and self.session is not None and self.session.has_model:
+            self.panel("train")  # --run behind another panel: the Train panel follows the run from the start
         if self.session is not None and self.session.has_model:
             if not self._memory_timer.isActive() and self.isVisible():
                 self._memory_timer.start()

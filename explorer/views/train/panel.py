@@ -243,6 +243,10 @@ class TrainPanel(QWidget):
         self.save_button.setEnabled(loaded)
 
     def clear_run(self) -> None:
+        """Another run: nothing of the last one stays, and the new one is followed from its latest step."""
+        self.latest_box.blockSignals(True)
+        self.latest_box.setChecked(True)
+        self.latest_box.blockSignals(False)
         self.charts.clear()
         self.set_sample(None, "", "")
         self._shown_text = ""
