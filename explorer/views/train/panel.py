@@ -174,11 +174,13 @@ class TrainPanel(QWidget):
         self.charts.set_losses(losses)
         self.charts.set_icl(icl)
 
-    def set_scheme_charts(self, steps, lr, grad_norms: dict, census_steps, census: dict) -> None:
-        """The shown scheme's learning rate, gradient norms per part and head census over probes."""
+    def set_scheme_charts(self, steps, lr, grad_norms: dict, census_steps, census: dict,
+                          at_step: int | None = None) -> None:
+        """The shown scheme's learning rate, gradient norms per part and head census over probes (at the
+        probe of `at_step`, the step every panel shows, when it changes)."""
         self.charts.set_lr(steps, lr)
         self.charts.set_grad_norms(steps, grad_norms)
-        self.charts.set_census(census_steps, census)
+        self.charts.set_census(census_steps, census, at_step)
 
     # -- in --------------------------------------------------------------------------------------------
     def set_status(self, text: str) -> None:
