@@ -26,7 +26,7 @@ from explorer.views.features.panel import FeaturesPanel
 from explorer.views.features.protocol import FeaturesView
 
 DEBOUNCE_MS = 120
-DENSITY_SERIES = "density (%)"
+DENSITY_SERIES = "density %"
 DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
 METRIC_WORDS = {
     "l0": ("L0", "features active per token (the SAE keeps k)"),
@@ -141,8 +141,7 @@ class FeaturesController(FeatureTraining, PanelController[FeaturesView]):
         same = before is not None and before.source.lineage == table.source.lineage
         selected = self.selected if same else None
         self.select(selected if selected is not None and selected < len(table.ids) else _busiest(table))
-        self._ask_saved_over_training()
-        self.mark_ready()
+        self._ask_saved_over_training()  # ready once the feature and the prompt's chips are drawn (_show_prompt)
 
     def _table_failed(self, exc: BaseException) -> None:
         self.view.set_error(self.report_error(exc, "Features not measured").inline)
@@ -189,6 +188,7 @@ class FeaturesController(FeatureTraining, PanelController[FeaturesView]):
 
     def _detail_failed(self, exc: BaseException) -> None:
         self.view.clear_feature(self.report_error(exc, "Feature not shown").inline)
+        self.mark_ready()
 
     def _start_prompt(self, done) -> bool:
         if self.table is None:
@@ -201,6 +201,7 @@ class FeaturesController(FeatureTraining, PanelController[FeaturesView]):
     def _show_prompt(self, result) -> None:
         self.prompt_result = result
         self.view.set_prompt_activations(list(result.tokens), result.selected_acts)
+        self.mark_ready()  # the table, its first feature and the prompt's chips: what a screenshot shows
 
     def _prompt_failed(self, exc: BaseException) -> None:
         self.view.set_prompt_activations([], None)
@@ -209,7 +210,9 @@ class FeaturesController(FeatureTraining, PanelController[FeaturesView]):
             self._offered = True  # a run's character model and the default prompt: its own text instead, once
             session = self.ctx.session
             self.submit(KEYS["readable"], lambda token, _p: session.features.readable_prompt(),
-                        on_result=self.set_prompt)
+                        on_result=self.set_prompt, on_error=lambda _exc: self.mark_ready())
+        else:
+            self.mark_ready()  # the reason is on screen (a readable prompt offered is ready when it is read)
 
     def show_token(self, position: int) -> None:
         r, table = self.prompt_result, self.table

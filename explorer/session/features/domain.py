@@ -264,7 +264,7 @@ class FeaturesDomain:
         with self._model_itself() as plain:
             measured = sae_metrics(plain, dictionary, sample, cancel=cancel)
         metrics = {key: float(measured[key]) for key in measured.keys()}
-        on = f"{measured.tokens:,} held-out tokens of {corpus}, on the model itself (no edit)"
+        on = f"{measured.tokens:,} held-out tokens of {corpus}, model unedited"
         save_metrics(source.folder, metrics, on)
         return metrics, on
 
