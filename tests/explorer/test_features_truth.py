@@ -156,6 +156,11 @@ def test_a_new_session_charts_the_walk_from_disk_and_from_the_steps_saes_alone(t
     measured = third.features.saved_over_training()
     np.testing.assert_allclose(measured.density, over.density, atol=1e-6)
     assert measured.labels == over.labels
+    third.features.train(0, "resid", width=32, k=4, tokens=8192, corpus="run", seed=5)  # trained again: a new SAE
+    fourth = Session.tiny()
+    fourth.training.show_step(fourth.training.open(root), "gpt2", 20)
+    fourth.features.use("sae", 0, "resid", corpus="run")
+    assert fourth.features.saved_over_training() is None  # the other steps' SAEs came from the old one's walk
 
 
 def test_the_walk_lets_waiting_work_through_between_its_forwards(tmp_path, monkeypatch):

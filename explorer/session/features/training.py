@@ -148,21 +148,21 @@ def over_training(core, run, layer: int, site: str, anchor, *, tokens: int, prog
 
 def measure_saved(core, run, layer: int, site: str, width: int, k: int, lineage: str = "", progress=None,
                   cancel=None) -> FeaturesOverTraining | None:
-    """The series of the SAEs (this layer, site, width and k) already saved for the run's kept steps,
-    measured without fitting anything; None when fewer than two steps have one."""
+    """The series of the SAEs (this layer, site, width and k, and `lineage`: one walk's) already saved for
+    the run's kept steps, measured without fitting anything; None when fewer than two steps have one."""
     from gptcore import load_sae
 
     follower, steps = _kept(core, run)
     folders = {s: sae_folder(_step_info(core, run, follower, s), layer, site, width, k) for s in steps}
-    folders = {s: f for s, f in folders.items() if (f / WEIGHTS_FILE).is_file()}
-    if len(folders) < 2:
+    saes = {s: load_sae(f) for s, f in folders.items() if (f / WEIGHTS_FILE).is_file()}
+    saes = {s: sae for s, sae in saes.items() if sae.metadata.get("lineage", "") == lineage}  # one walk's SAEs only
+    if len(saes) < 2:
         return None
     _train, held, name = corpus_ids(core, "run", "")
     sample, hook = held_sample(held, core.config.n_embd, width), hook_for("sae", layer, site)
-    walk, per_step = _Walk(len(folders), progress, cancel), {}
-    for i, (step, folder) in enumerate(sorted(folders.items())):
+    walk, per_step = _Walk(len(saes), progress, cancel), {}
+    for i, (step, sae) in enumerate(sorted(saes.items())):
         walk.at(i, step, 0.0, "measuring its saved SAE")
-        sae = load_sae(folder)
         per_step[step] = _measure(core, follower.folder.load_step(run.scheme, step), sae, sample, hook, walk)
     over = _series(layer, site, per_step, k, lineage, int(sample.numel()), name)
     save_series(run, over)
