@@ -160,7 +160,8 @@ class HookedModule(nn.Module):
         ablation, a feature edit held for a whole app) is set aside and put back afterwards, in its
         order, with its handles still valid. Hooks added inside the block (`hooks(...)`) see the
         plain model. Why: a measurement *of the model* (an SAE's training data, its metrics) must not
-        read what an edit made of it. Not thread-safe: hold whatever lock guards the model's forwards."""
+        read what an edit made of it. Not thread-safe: hold whatever lock guards the model's forwards,
+        and remove no hook attached before the block from inside it (it would come back at the end)."""
         kept = [(hp, hp._set_aside()) for hp in self.hook_dict.values() if hp.active]
         try:
             yield self

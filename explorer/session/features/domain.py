@@ -96,9 +96,8 @@ class FeaturesDomain:
         train_ids, _held, name = self._corpus_ids(corpus, path)
         d = model.config.n_embd
         edits = self.core.interp.ablation.text()
-        with self._model_itself() as plain:
-            rows = stats.hook_rows(plain, first_sequences(train_ids, HARVEST_BYTES // (4 * d)), hook,
-                                   _yielding(progress, tokens, cancel))  # (N, d)
+        with self._model_itself() as plain:  # no yield in here: a task run meanwhile would see the model unedited
+            rows = stats.hook_rows(plain, first_sequences(train_ids, HARVEST_BYTES // (4 * d)), hook, cancel)  # (N, d)
         if progress is not None:
             unedited = f", read from the model itself ({edits} set aside)" if edits else ""
             progress(0, tokens, f"fitting on {rows.shape[0]:,} tokens of {name}{unedited}")
@@ -271,7 +270,9 @@ class FeaturesDomain:
     @contextlib.contextmanager
     def _model_itself(self):
         """The model under the core's lock with every edit held for viewing (ablation, feature edits) set
-        aside: what an SAE is trained on and measured against."""
+        aside: what an SAE is trained on and measured against. Nothing inside may report progress: a
+        report runs waiting tasks right there, on this thread, which holds the (re-entrant) lock — they
+        would read the unedited model, or change the edits while they are set aside."""
         with self.core.lock:
             model = self.core.require_model()
             with model.hooks_suspended():
@@ -307,17 +308,6 @@ class FeaturesDomain:
     def _check_layer(model, layer) -> None:
         if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < model.config.n_layer:
             raise FeaturesError(f"layer {layer!r} does not exist: this model has layers 0..{model.config.n_layer - 1}")
-
-
-def _yielding(progress, total: int, cancel):
-    """A cancel check that also reports (0 of `total`): each report lets waiting tasks run (workers.py),
-    so a long harvest never holds the compute thread for more than one forward."""
-    def check() -> bool:
-        if progress is not None:
-            progress(0, total, "reading activations…")
-        return cancel is not None and bool(cancel())
-
-    return check
 
 
 def _layer_site(hook: str) -> tuple[int, str]:
