@@ -44,8 +44,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "other panel stays fp32 (also in the View menu, with the speeds and the copy's memory)")
     p.add_argument("--panel", choices=panel_names(), help="panel to show first")
     p.add_argument("--prompt", help="initial prompt for the panels that take one")
-    p.add_argument("--run", metavar="DIR", help="a training run folder (python -m gptcore.train's --out_dir) for "
-                                                "the Train panel to follow or replay")
+    p.add_argument("--run", metavar="DIR", help="a training run folder (python -m gptcore.train's --out_dir): its "
+                                                "latest kept step is the model every panel shows, and the Train "
+                                                "panel follows or replays it (shown first unless --panel says)")
     p.add_argument("--screenshot", metavar="OUT.png", help="render --panel offscreen into a PNG and exit")
     p.add_argument("--theme", default="system", choices=["system", "light", "dark"],
                    help="colours: follow the system (default) or force light/dark")
@@ -282,8 +283,8 @@ def main(argv=None) -> int:
     window.auto_download = not args.screenshot  # a screenshot uses what is here, never waits on the network
     window.fall_back_on_failed_start = not args.screenshot  # a screenshot of a bad --model exits 2 instead
     window.ask_head_count = not args.screenshot  # nobody to ask: the error names --n-head, exit 2
-    if args.run:
-        window.open_run(args.run)
+    if args.run:  # the Train panel follows it; the panel --panel chose (Train by default) stays in front
+        window.open_run(args.run, show=False)
     holder = {"window": window}
     install_exception_hook(lambda: holder.get("window"))
     apply_size(window, args)
@@ -311,7 +312,8 @@ def main(argv=None) -> int:
     window.installEventFilter(first_paint)
     window.show()
     if not args.exit_after_paint:
-        QTimer.singleShot(0, lambda: window.start(args.model, args.device, n_head=args.n_head, dtype=args.dtype))
+        QTimer.singleShot(0, lambda: window.start(args.model, args.device, n_head=args.n_head, dtype=args.dtype,
+                                                  run=args.run))
 
     if args.screenshot:
         code = take_screenshot(app, window, runner, args.panel, args.screenshot, args.prompt)

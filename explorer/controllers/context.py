@@ -103,8 +103,8 @@ class PanelContext:
         `.inline` where it happened; return the explanation. `after` says what the app did
         about it (e.g. which model is loaded now); `inline=False`: the caller has no place of
         its own (loading a model), so the dialog opens for every error."""
-        log_exception(title, exc)
         expl = explain(exc, getattr(self.window, "log_path", None))
+        log_exception(title, exc, traceback=not expl.input_problem)  # a diagnosed input: no traceback
         if (not expl.input_problem or not inline) and self.window is not None:
             heading = expl.title if isinstance(exc, BaseException) else title
             self.window.show_error_dialog(heading, f"{expl.message}\n\n{after}" if after else expl.message)

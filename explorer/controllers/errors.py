@@ -95,9 +95,11 @@ def explain(exc: BaseException | str, log_path: str | None = None) -> Explanatio
     return Explanation("Unexpected error", f"{name}: {text}{where}\n\nThe app is still running.", words=text)
 
 
-def log_exception(title: str, exc: BaseException | str) -> None:
-    """One log line (with the traceback when there is one) for every error the user sees."""
+def log_exception(title: str, exc: BaseException | str, *, traceback: bool = True) -> None:
+    """One log line for every error the user sees, with its traceback unless `traceback` is False
+    (an expected state, such as "no SAE trained yet", is no bug: its words are the whole story)."""
     if isinstance(exc, BaseException):
-        log.error("%s: %s: %s", title, type(exc).__name__, exc, exc_info=(type(exc), exc, exc.__traceback__))
+        trace = (type(exc), exc, exc.__traceback__) if traceback else None
+        log.error("%s: %s: %s", title, type(exc).__name__, exc, exc_info=trace)
     else:
         log.error("%s: %s", title, exc)

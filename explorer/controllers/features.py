@@ -27,6 +27,7 @@ from explorer.views.features.panel import FeaturesPanel
 from explorer.views.features.protocol import FeaturesView
 
 DEBOUNCE_MS = 120
+DENSITY_SERIES = "density %"
 DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
 METRIC_WORDS = {
     "l0": ("L0", "features active per token (the SAE keeps k)"),
@@ -131,7 +132,7 @@ class FeaturesController(FeatureTraining, FeatureDashboardPart, PanelController[
                     on_result=self._show_table, on_error=self._table_failed)
 
     def _show_table(self, table) -> None:
-        self.table = table
+        before, self.table = self.table, table
         self.view.set_source(table.source.kind, table.source.layer, table.source.site)
         self.view.set_table(table.ids, table.density, table.max_act, table.logit_effect, list(table.labels))
         self._show_density(table)
@@ -139,9 +140,12 @@ class FeaturesController(FeatureTraining, FeatureDashboardPart, PanelController[
         self.view.set_status(f"{table.source.describe()} · {table.tokens:,} held-out tokens of {table.corpus}")
         self.view.set_edits(self.ctx.session.interp.ablation.features_text())
         self.drawn.emit(table)
-        selected = self.selected
+        # The same feature stays selected only in the same dictionary (or one the walk aligned with it):
+        # neuron 83 and SAE feature 83 have nothing in common.
+        same = before is not None and before.source.lineage == table.source.lineage
+        selected = self.selected if same else None
         self.select(selected if selected is not None and selected < len(table.ids) else _busiest(table))
-        self.mark_ready()
+        self._ask_saved_over_training()  # ready once the feature and the prompt's chips are drawn (_show_prompt)
 
     def _table_failed(self, exc: BaseException) -> None:
         self.view.set_error(self.report_error(exc, "Features not measured").inline)
@@ -173,30 +177,36 @@ class FeaturesController(FeatureTraining, FeatureDashboardPart, PanelController[
         table = self.table
         if table is None or table.source.kind != "sae":
             return None
-        return self.ctx.session.features.over_training_of(table.source.layer, table.source.site)
+        return self.ctx.session.features.over_training_of(table.source.layer, table.source.site,
+                                                          table.source.width, table.source.k)
 
     def _show_over_training(self, feature: int) -> None:
+        """Density in % like the table's, measured on the table's own held-out sample (the same tokens,
+        on the model itself): at the step shown the two read alike, but for a feature edit in force."""
         over, run = self._over(), self.ctx.session.info.run
-        if over is None or feature >= over.density.shape[1]:
+        if over is None or feature >= over.width:
             self.view.set_over_training(np.zeros(0), {}, None)
             return
-        self.view.set_over_training(over.steps, {"density": over.density[:, feature],
+        self.view.set_over_training(over.steps, {DENSITY_SERIES: 100 * over.density[:, feature],
                                                  "max activation": over.max_act[:, feature]},
                                     run.step if run is not None else None)
 
     def _detail_failed(self, exc: BaseException) -> None:
         self.view.clear_feature(self.report_error(exc, "Feature not shown").inline)
+        self.mark_ready()
 
     def _start_prompt(self, done) -> bool:
         if self.table is None:
             return False
         session, text, feature = self.ctx.session, self.view.prompt_text(), self.selected
-        return self.submit(KEYS["prompt"], lambda token, _p: session.features.prompt(text, feature),
+        lineage = self.table.source.lineage
+        return self.submit(KEYS["prompt"], lambda token, _p: session.features.prompt(text, feature, lineage),
                            on_result=self._show_prompt, on_error=self._prompt_failed, on_finished=done) > 0
 
     def _show_prompt(self, result) -> None:
         self.prompt_result = result
         self.view.set_prompt_activations(list(result.tokens), result.selected_acts)
+        self.mark_ready()  # the table, its first feature and the prompt's chips: what a screenshot shows
 
     def _prompt_failed(self, exc: BaseException) -> None:
         self.view.set_prompt_activations([], None)
@@ -205,7 +215,9 @@ class FeaturesController(FeatureTraining, FeatureDashboardPart, PanelController[
             self._offered = True  # a run's character model and the default prompt: its own text instead, once
             session = self.ctx.session
             self.submit(KEYS["readable"], lambda token, _p: session.features.readable_prompt(),
-                        on_result=self.set_prompt)
+                        on_result=self.set_prompt, on_error=lambda _exc: self.mark_ready())
+        else:
+            self.mark_ready()  # the reason is on screen (a readable prompt offered is ready when it is read)
 
     def show_token(self, position: int) -> None:
         r, table = self.prompt_result, self.table
@@ -259,17 +271,20 @@ class FeaturesController(FeatureTraining, FeatureDashboardPart, PanelController[
 
 def metrics_html(table) -> str:
     """The SAE's metrics, each with what it means; for neurons, what they are and their dead share."""
-    if not table.metrics:
+    if table.source.kind == "neurons":
         return (f"<b>{html.escape(table.source.describe())}</b>: each neuron is a feature; "
                 f"{table.dead_fraction:.0%} never fired on the held-out text.")
+    if not table.metrics:
+        return f"<b>{html.escape(table.source.describe())}</b>: no metrics saved beside it."
     parts = []
     for key, (name, meaning) in METRIC_WORDS.items():
         value = table.metrics.get(key)
         if value is not None:
             shown = f"{value:.1%}" if key == "dead_fraction" else f"{value:.3g}"
             parts.append(f"<span title='{html.escape(meaning)}'><b>{name}</b> {shown}</span>")
-    return " · ".join(parts) + ("<br><i>An SAE is a reconstruction with an error term: features explain part of "
-                                "the activations, not all of them.</i>")
+    on = f" <span style='color:#8c8c8c'>(on {html.escape(table.metrics_on)})</span>" if table.metrics_on else ""
+    return " · ".join(parts) + on + ("<br><i>An SAE is a reconstruction with an error term: features explain part "
+                                     "of the activations, not all of them.</i>")
 
 
 def token_history(over, feature: int) -> str:

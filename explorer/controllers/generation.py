@@ -85,6 +85,7 @@ class GenerationController(PanelController[GenerationView]):
         self.view.settingsChanged.connect(self.redraw_distribution)
         self.view.generateRequested.connect(self.start_generation)
         self.view.stopRequested.connect(self.stop_generation)
+        self._show_start()
 
         # After construction, so that a --prompt (PanelPage calls set_prompt right away) is the first run.
         QTimer.singleShot(0, self, self._first_refresh)
@@ -126,7 +127,14 @@ class GenerationController(PanelController[GenerationView]):
 
     def refresh(self) -> None:
         self.view.set_vocab_size(_drawable_vocab(self.session))
+        self._show_start()
         self.refresh_logits()
+
+    def _show_start(self) -> None:
+        """The prompt's placeholder names what an empty prompt starts from, for this model's tokenizer."""
+        if self.session.has_model:
+            self.view.set_prompt_placeholder(
+                f"Prompt (empty: the model starts from {self.session.generation.empty_start()[1]})")
 
     # -- the distribution ------------------------------------------------------------------
     def _first_refresh(self) -> None:
@@ -188,7 +196,7 @@ class GenerationController(PanelController[GenerationView]):
 
     def _caption(self, s: dict) -> str:
         ctx = self.logits.context
-        where = "<|endoftext|>" if ctx.from_eot else f"the prompt ({len(ctx.ids)} tokens)"
+        where = ctx.start or f"the prompt ({len(ctx.ids)} tokens)"
         parts = ["greedy (T = 0)" if s["temperature"] == 0 else f"T = {s['temperature']:.2f}"]
         if s["top_k"]:
             parts.append(f"top-k {s['top_k']:,}")
@@ -213,8 +221,8 @@ class GenerationController(PanelController[GenerationView]):
 
     @staticmethod
     def _prompt_note(ctx) -> str:
-        if ctx.from_eot:
-            return "Empty prompt: the model starts from <|endoftext|>."
+        if ctx.from_start:
+            return f"Empty prompt: the model starts from {ctx.start}" + (f" ({ctx.start_why})." if ctx.start_why else ".")
         if ctx.cropped:
             return (f"The prompt is {ctx.total_tokens:,} tokens, longer than this model's block_size "
                     f"({ctx.block_size:,}): the model reads only the last {ctx.block_size:,}; "
@@ -348,7 +356,7 @@ def _drawable_vocab(session) -> int:
 
 def _stream_note(ctx) -> str:
     """Above the streamed text when the model does not read the whole prompt (an empty
-    prompt needs none: the grey <|endoftext|> the text starts with says it)."""
+    prompt needs none: the grey start token the text begins with says it)."""
     if ctx.cropped:
         return f"(… {ctx.cropped:,} earlier prompt tokens cropped: the model reads the last {ctx.block_size:,})"
     return ""

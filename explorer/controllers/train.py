@@ -209,9 +209,16 @@ class TrainController(RunFollowing, PanelController[TrainView]):
             steps_n, stack = f.census_stack(scheme, name)
             if stack:
                 steps, maps[name] = steps_n, stack
-        view.set_scheme_charts(s.train_step, s.lr, s.grad_norms, steps, maps)
-        if s.samples:
-            view.set_sample(s.probe_step[-1], *s.samples[-1])
+        at = self._shown_step(f, scheme)
+        view.set_scheme_charts(s.train_step, s.lr, s.grad_norms, steps, maps, at)
+        if s.samples:  # the sample of the step every panel shows (the latest probe at or before it)
+            probes = [i for i, step in enumerate(s.probe_step) if at is None or step <= at] or [len(s.samples) - 1]
+            view.set_sample(s.probe_step[probes[-1]], *s.samples[probes[-1]])
+
+    def _shown_step(self, f: RunFollower, scheme: str) -> int | None:
+        """The step of this run and scheme every panel shows, or None (another model, or none yet)."""
+        shown = self.shown
+        return shown[2] if shown is not None and shown[:2] == (str(f.root), scheme) else None
 
     # -- the session's model --------------------------------------------------------------------------
     def choose_step(self, scheme: str, step: int) -> None:
@@ -231,6 +238,7 @@ class TrainController(RunFollowing, PanelController[TrainView]):
         self.shown = (shown.run, shown.scheme, shown.step)
         self.view.set_shown_step(f"step {shown.step:,} shown")
         self.ctx.show_message(f"every panel now shows {shown.name}", 5000)
+        self.draw()  # the head census and the sample follow the step shown
 
     def _step_failed(self, exc: BaseException) -> None:
         from gptcore.errors import Cancelled
@@ -250,16 +258,16 @@ class TrainController(RunFollowing, PanelController[TrainView]):
             self.choose_step(scheme, kept[-1])
 
     def use_final_model(self) -> None:
-        """The run's latest full checkpoint (ckpt.pt) becomes the session's model, loaded as a file."""
+        """The run's latest full checkpoint (ckpt.pt) becomes the session's model: the run's step it was
+        saved at, with the run's facts (the banner, Features' SAEs and corpus follow)."""
         f, scheme = self.follower, self.scheme()
         if f is None or f.ckpt_path(scheme) is None:
             self.view.set_message("this run has no ckpt.pt yet (one is written at each eval); wait for the first eval")
             return
-        self.follow_session = False
+        self.follow_session = False  # this model, not the run's next kept step (the slider resumes following)
         training = self.ctx.session.training
         self.submit(USE_KEY, lambda token, progress: training.use_final(f, scheme, cancel=token),
-                    still_current=lambda: self.follower is f,
-                    on_result=lambda info: self.ctx.show_message(f"the session's model is now {info.name}"),
+                    still_current=lambda: self.follower is f, on_result=self._step_shown,
                     on_error=lambda exc: self.view.set_message(
                         self.report_error(exc, "Using the run's model failed").inline))
 

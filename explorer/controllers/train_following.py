@@ -7,6 +7,8 @@ A mixin of TrainController (explorer/controllers/train.py), which provides `view
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtWidgets import QFileDialog
 
 from explorer.session.training.runs import RunFollower, RunFollowError, remember_run
@@ -52,8 +54,12 @@ class RunFollowing:
 
     def _follow(self, follower: RunFollower) -> None:
         if self.follower is None or follower.root != self.follower.root:
-            self.view.clear_run()
-            self.shown, self.follow_session = None, False
+            self.view.clear_run()  # a new run is followed from its latest step ("latest" ticked again)
+            self.shown, self.follow_session, self._step_wanted = None, False, None
+            run = self.ctx.session.info.run
+            if run is not None and Path(run.root) == follower.root:  # --run put this step in the session already
+                self.shown, self._step_wanted = (str(follower.root), run.scheme, run.step), (run.scheme, run.step)
+                self.view.set_shown_step(f"step {run.step:,} shown")
             if follower.meta is not None and not self.process.running:
                 self.view.set_form_values(run_form_values(follower.meta))  # Start runs the same again
         self.follower = follower

@@ -23,6 +23,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from gptcore.io.atomic import atomic_write_bytes
+
 log = logging.getLogger("explorer")
 
 CACHE_FILE = "bf16_decode_speed.json"
@@ -151,9 +153,8 @@ class SpeedCache:
             path = self._file()
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(".tmp")
-                tmp.write_text(json.dumps({k: v.to_json() for k, v in entries.items()}, indent=1), encoding="utf-8")
-                tmp.replace(path)
+                text = json.dumps({k: v.to_json() for k, v in entries.items()}, indent=1)
+                atomic_write_bytes(path, text.encode("utf-8"))
             except OSError as exc:
                 log.warning("bf16 speed cache %s not written (%s)", path, exc)
 

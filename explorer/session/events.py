@@ -68,9 +68,25 @@ class AblationChanged(_Change):
 
     @property
     def detail(self) -> str:
-        if not self.after.active:
-            return "the ablation was reset"
-        return f"the ablation changed (now {self.after.text()})"
+        """A feature edit is said as one ("feature 421 clamped at 10"), a head or MLP change as an ablation."""
+        before, after = self.before, self.after
+        if not after.active:
+            return "the ablation was reset" if before.heads or before.mlps else "the feature edits were reset"
+        if (before.heads, before.mlps, before.mode) == (after.heads, after.mlps, after.mode):
+            return _feature_change(before.features, after.features)
+        return f"the ablation changed (now {after.text()})"
+
+
+def _feature_change(before: tuple, after: tuple) -> str:
+    """What a change of the features held did, in words: the feature it set, or how many are held now."""
+    was, now = dict(before), dict(after)
+    changed = [(f, v) for f, v in now.items() if was.get(f) != v]
+    if not now:
+        return "the feature edits were reset"
+    if len(changed) == 1 and set(was) <= set(now):
+        feature, value = changed[0]
+        return f"feature {feature} ablated" if value == 0 else f"feature {feature} clamped at {value:g}"
+    return f"the feature edits changed (now {AblationState(features=after).features_text()})"
 
 
 @dataclass(frozen=True)

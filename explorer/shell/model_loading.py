@@ -45,8 +45,9 @@ class ModelLoading:
     meta_dialog = None  # the open MetaDialog, if any (a nanoGPT char model without its meta.pkl)
 
     def start(self, source: str | None = None, device: str | None = None, n_head: int | None = None,
-              dtype: str = "fp32") -> None:
-        """Create the session in a worker (importing torch there) and load `source` or the default.
+              dtype: str = "fp32", run: str | None = None) -> None:
+        """Create the session in a worker (importing torch there) and load `source`, else the latest
+        kept step of the training run folder `run` (--run), else the default.
         `dtype` is the generation precision (--dtype): asked for when the first model has loaded
         (`modelChanged`), since whether bf16 pays is measured on that model; where it is measured
         slower the error dialog gives the figures and the app goes on in fp32.
@@ -64,6 +65,8 @@ class ModelLoading:
             self.attach_session(session)  # the Config panel works from here on
             if source:
                 self.load_model(source, fall_back_to_default=self.fall_back_on_failed_start, n_head=n_head)
+            elif run:
+                self.load_run(run)
             else:
                 self.load_default()
             if dtype != "fp32":
@@ -155,6 +158,27 @@ class ModelLoading:
         dialog.finished.connect(lambda _r: setattr(self, "head_count_dialog", None))
         self.head_count_dialog = dialog
         dialog.open()
+
+    def load_run(self, path: str) -> None:
+        """The run's latest kept step as the session's model (--run: every panel shows the run from the
+        start, not the default model); a run that kept no step yet opens the default meanwhile (the
+        Train panel puts its first step in when it comes). A folder that is not a run: the error
+        dialog, and the default."""
+        session = self.session
+
+        def shown(step) -> None:
+            if step is None:
+                self.show_message(f"{path} has no kept step yet: the default model is open until it keeps one", 10000)
+                self.load_default()
+
+        def failed(exc: BaseException) -> None:
+            if not _cancelled(exc):
+                self.ctx.report_error(exc, f"Opening run {path}", after="Opening the built-in default model instead.",
+                                      inline=False)
+                QTimer.singleShot(0, self.load_default)  # after this task's own on_finished
+
+        self._run_model_task(f"Opening run {path}", lambda token, progress: session.training.show_latest(
+            path, cancel=token), on_result=shown, on_error=failed)
 
     def load_default(self) -> None:
         """GPT-2 small from the cache, else the untrained stand-in at once and (when the hub is

@@ -21,8 +21,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtCore import QRect, QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (QLabel, QMainWindow, QMessageBox, QProgressDialog, QStackedLayout, QTabWidget,
                                QVBoxLayout, QWidget)
 
@@ -108,6 +108,7 @@ class MainWindow(ModelLoading, QMainWindow):
         self._memory_timer.setInterval(2000)
         self._memory_timer.timeout.connect(self._update_memory)
 
+        self._placed = False  # kept on the screen at the first show (keep_on_screen)
         self._restore_settings(panel)
         self._show_session()
 
@@ -189,13 +190,18 @@ class MainWindow(ModelLoading, QMainWindow):
             if slot.panel is not None:
                 slot.panel.set_shown(name == current)
 
-    def open_run(self, path: str | None = None) -> None:
-        """File → Open run… (a folder dialog) or --run DIR: the Train panel follows the run."""
+    def open_run(self, path: str | None = None, show: bool = True) -> None:
+        """File → Open run… (a folder dialog) or --run DIR: the Train panel follows the run. `show`
+        False (--run with another --panel): the panel in front stays; the Train panel is built behind
+        it once there is a model, and follows the run from there."""
         if path and self._slots["train"].panel is None:
             self.ctx.run = str(path)  # the Train panel opens it when it is built (now, or once the session exists)
-            self.show_panel("train")
+            if show:
+                self.show_panel("train")
+            else:
+                self.panel("train")
             return
-        page = self.show_panel("train")
+        page = self.show_panel("train") if show else self.panel("train")
         if page is not None:
             page.open_run(path)
 
@@ -267,6 +273,8 @@ class MainWindow(ModelLoading, QMainWindow):
         """Status bar, banner and title for the session's model; the panel in view built."""
         self._update_status()
         self._ensure_current_built()
+        if self.ctx.run and self.session is not None and self.session.has_model:
+            self.panel("train")  # --run behind another panel: the Train panel follows the run from the start
         if self.session is not None and self.session.has_model:
             if not self._memory_timer.isActive() and self.isVisible():
                 self._memory_timer.start()
@@ -330,8 +338,28 @@ class MainWindow(ModelLoading, QMainWindow):
 
     def showEvent(self, event) -> None:
         super().showEvent(event)
+        if not self._placed:
+            self._placed = True
+            self.keep_on_screen()
         if self.session is not None and self.session.has_model:
             self._memory_timer.start()
+
+    def keep_on_screen(self, available: QRect | None = None) -> None:
+        """The whole window on the screen's free area, status bar included: a default size taller than
+        the screen (1280×820 on 1280×800) or a saved place that hangs below its bottom edge moves up,
+        and shrinks only when it is taller than the screen. Not on the offscreen platform (screenshots):
+        its stand-in screen says nothing about the size asked for."""
+        if available is None:
+            screen = self.screen()
+            if screen is None or QGuiApplication.platformName() == "offscreen":
+                return
+            available = screen.availableGeometry()
+        frame, inner = self.frameGeometry(), self.geometry()
+        fitted = fit_within(frame, available)
+        if fitted != frame:
+            self.resize(inner.width() - (frame.width() - fitted.width()),
+                        inner.height() - (frame.height() - fitted.height()))
+            self.move(fitted.topLeft())
 
     def closeEvent(self, event) -> None:
         """Save settings, stop timers, cancel background work (app.main waits for it)."""
@@ -345,3 +373,11 @@ class MainWindow(ModelLoading, QMainWindow):
                 slot.panel.shutdown()
         self.runner.cancel_all()
         super().closeEvent(event)
+
+
+def fit_within(frame: QRect, available: QRect) -> QRect:
+    """`frame` moved (and, only where it is larger, shrunk) to lie inside `available`."""
+    width, height = min(frame.width(), available.width()), min(frame.height(), available.height())
+    x = min(max(frame.x(), available.x()), available.x() + available.width() - width)
+    y = min(max(frame.y(), available.y()), available.y() + available.height() - height)
+    return QRect(x, y, width, height)

@@ -37,6 +37,7 @@ def _compare(name: str, ours, theirs, x: torch.Tensor) -> bool:
 
 def ours_in_saelens(folder: Path) -> bool:
     from sae_lens import SAE as LensSAE
+    from sae_lens.saes.topk_sae import TopKSAE
 
     gen = torch.Generator().manual_seed(0)
     acts = torch.randn(20_000, 32, generator=gen) @ torch.randn(32, 32, generator=gen) + 3.0
@@ -44,7 +45,12 @@ def ours_in_saelens(folder: Path) -> bool:
     save_sae(sae, folder, model_name="check")
     lens = LensSAE.load_from_disk(str(folder))
     print(f"     SAELens opened ours as {type(lens).__name__}, hook {lens.cfg.metadata.hook_name!r}, k {lens.cfg.k}")
-    return type(lens).__name__ == "TopKSAE" and _compare("ours -> SAELens", sae, lens, acts[:500])
+    with torch.no_grad():
+        active = (lens.encode(acts[:500]) != 0).sum(dim=1)  # (500,) a TopK encoder keeps exactly k per row
+    topk = isinstance(lens, TopKSAE) and bool((active == sae.k).all())
+    print(f"{'ok  ' if topk else 'FAIL'} SAELens encodes with exactly k={sae.k} active per row "
+          f"({int(active.min())}..{int(active.max())})")
+    return topk and _compare("ours -> SAELens", sae, lens, acts[:500])
 
 
 def saelens_in_ours(folder: Path, **options) -> bool:

@@ -21,46 +21,11 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from gptcore.model.config import GPTConfig
-from gptcore.model.hooks import HookedModule, HookPoint
+from gptcore.model.hooks import HookedModule, HookPoint, module_hooked
 from gptcore.model.kv_cache import KVCache, StaticKVCache  # KVCache: importable from here as before
-from gptcore.model.linear import Linear, apply_linear, hooked  # Linear: nn.Linear with a guarded oneDNN fast path
+from gptcore.model.norms import LayerNorm, RMSNorm, make_norm  # noqa: F401 - LayerNorm, RMSNorm: their old home
+from gptcore.model.linear import Linear, apply_linear  # Linear: nn.Linear with a guarded oneDNN fast path
 from gptcore.model.positions import RotaryPositions, SinusoidalPositions, apply_rotary
-
-
-class LayerNorm(nn.Module):
-    """LayerNorm whose bias can be switched off (torch's could not before 2.1)."""
-
-    def __init__(self, ndim: int, bias: bool, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(ndim))
-        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
-        self.eps = eps
-        self.hook_normalized = HookPoint()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)  # (B, T, C)
-        return self.hook_normalized(y)
-
-
-class RMSNorm(nn.Module):
-    """x / sqrt(mean(x²) + eps) · weight (Zhang & Sennrich 2019; Llama): no mean subtracted,
-    no bias, whatever `bias` says."""
-
-    def __init__(self, ndim: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(ndim))
-        self.eps = eps
-        self.hook_normalized = HookPoint()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.rms_norm(x, self.weight.shape, self.weight, self.eps)  # (B, T, C)
-        return self.hook_normalized(y)
-
-
-def make_norm(config: GPTConfig) -> nn.Module:
-    if config.norm == "rmsnorm":
-        return RMSNorm(config.n_embd, config.layer_norm_eps)
-    return LayerNorm(config.n_embd, config.bias, config.layer_norm_eps)
 
 
 class CausalSelfAttention(nn.Module):
@@ -196,7 +161,7 @@ class MLP(nn.Module):
         self.approximate = "tanh" if config.activation == "gelu_tanh" else "none"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.hook_pre.active or not isinstance(self.c_fc, Linear) or hooked(self.c_fc):
+        if self.hook_pre.active or not isinstance(self.c_fc, Linear) or module_hooked(self.c_fc):
             h = self.hook_pre(apply_linear(self.c_fc, x))  # (B, T, d_mlp)
             h = F.gelu(h, approximate=self.approximate)  # (B, T, d_mlp)
         else:  # nobody reads the pre-activation: the linear and its GELU in one pass (linear.py)

@@ -3,6 +3,11 @@
 TransformerLens's idea: every activation worth looking at passes through a `HookPoint`,
 so `model.hooks([(name, fn)])` can read or replace it without touching the model code.
 A HookPoint with nothing attached is an identity call and costs nothing measurable.
+
+This is also the one module that reads torch's own hook bookkeeping (its private dictionaries:
+torch has no public way to ask whether a module has hooks, nor to set hooks aside):
+`module_hooked` asks it for any module, `HookedModule.hooks_suspended` sets a model's hooks
+aside for a block. Everyone else asks these two.
 """
 from __future__ import annotations
 
@@ -17,6 +22,23 @@ from torch.utils.hooks import RemovableHandle
 # fn(tensor, hook) -> None (observe) or a tensor (replace the activation).
 HookFn = Callable[[torch.Tensor, "HookPoint"], Union[torch.Tensor, None]]
 NameFilter = Union[None, str, Sequence[str], Callable[[str], bool]]
+
+
+# torch's per-module records of forward hooks, keyed by handle id (the last two: torch >= 2.0)
+_TORCH_HOOK_RECORDS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called")
+
+
+def module_hooked(module: nn.Module) -> bool:
+    """True unless we can tell that no forward hook (the module's own or a global one) would see
+    `module`'s output. A torch without these records counts as hooked (the safe answer: a fast
+    path that skips `__call__` is then never taken)."""
+    from torch.nn.modules import module as torch_module
+
+    try:
+        return bool(module._forward_hooks or module._forward_pre_hooks or torch_module._global_forward_hooks
+                    or torch_module._global_forward_pre_hooks)
+    except AttributeError:
+        return True
 
 
 class HookPoint(nn.Module):
@@ -47,6 +69,25 @@ class HookPoint(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x
+
+    def _records(self) -> list:
+        return [getattr(self, name) for name in _TORCH_HOOK_RECORDS if hasattr(self, name)] + [self._live_hooks]
+
+    def _set_aside(self) -> list:
+        """Take every hook off (kept, in order, for `_put_back`); the records are emptied in place, so
+        the handles given out stay valid and a `remove()` meanwhile still finds its hook later."""
+        kept = [OrderedDict(record) for record in self._records()]
+        for record in self._records():
+            record.clear()
+        return kept
+
+    def _put_back(self, kept: list) -> None:
+        """The hooks `_set_aside` took, first and in their order; any added since (and not removed) after them."""
+        for record, old in zip(self._records(), kept):
+            added = OrderedDict(record)
+            record.clear()
+            record.update(old)
+            record.update(added)
 
 
 class _TrackedHandle(RemovableHandle):
@@ -112,6 +153,21 @@ class HookedModule(nn.Module):
         finally:
             for handle in handles:
                 handle.remove()
+
+    @contextlib.contextmanager
+    def hooks_suspended(self) -> Iterator["HookedModule"]:
+        """The model itself for the duration of a `with` block: every hook attached so far (an
+        ablation, a feature edit held for a whole app) is set aside and put back afterwards, in its
+        order, with its handles still valid. Hooks added inside the block (`hooks(...)`) see the
+        plain model. Why: a measurement *of the model* (an SAE's training data, its metrics) must not
+        read what an edit made of it. Not thread-safe: hold whatever lock guards the model's forwards,
+        and remove no hook attached before the block from inside it (it would come back at the end)."""
+        kept = [(hp, hp._set_aside()) for hp in self.hook_dict.values() if hp.active]
+        try:
+            yield self
+        finally:
+            for hp, hooks in kept:
+                hp._put_back(hooks)
 
     def run_with_cache(self, *args, names_filter: NameFilter = None, device=None, **kwargs):
         """Run forward and return `(output, cache)`, cache: {hook name: detached tensor}.

@@ -28,11 +28,14 @@ import torch
 from torch import nn
 
 from gptcore.errors import Cancelled
+from gptcore.model.norms import LayerNorm, RMSNorm
+
+# our norms and torch's own (a model built from nn modules) get the same treatment
+NORM_TYPES = (LayerNorm, RMSNorm, nn.LayerNorm, getattr(nn, "RMSNorm", ()))
 
 GPT2_STD = 0.02
 INIT_SCHEMES = ("gpt2", "gpt2-unscaled", "pytorch-default", "xavier-uniform", "xavier-normal", "kaiming-normal")
 RESIDUAL_PROJECTIONS = ("attn.c_proj", "mlp.c_proj")
-NORM_CLASSES = ("LayerNorm", "RMSNorm")  # by name: torch's nn.LayerNorm gets the same treatment
 
 
 def is_residual_projection(module_name: str) -> bool:
@@ -121,7 +124,7 @@ def init_weights(model: nn.Module, scheme: str = "gpt2", seed: int | None = None
             std = 1.0 if scheme == "pytorch-default" else GPT2_STD
             _draw(module.weight, gen, std=std)
             done.add(id(module.weight))
-        elif hasattr(module, "weight") and type(module).__name__ in NORM_CLASSES:
+        elif isinstance(module, NORM_TYPES) and getattr(module, "weight", None) is not None:
             _fill(module.weight, torch.ones(module.weight.shape))
             if getattr(module, "bias", None) is not None:
                 _fill(module.bias, torch.zeros(module.bias.shape))

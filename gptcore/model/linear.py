@@ -14,7 +14,8 @@ result. `GPTCORE_ONEDNN=0` forces the plain path without ever calling the op.
 
 Why a subclass and not a function around any nn.Linear: the fast path lives in `forward`,
 so `nn.Module.__call__` still runs every hook a user registers on the layer (forward,
-pre-forward, global) — torch has no public way to ask a module whether it has hooks.
+pre-forward, global); whether it has any is asked of `gptcore.model.hooks.module_hooked`, the
+one place that reads torch's hook bookkeeping.
 """
 from __future__ import annotations
 
@@ -165,18 +166,6 @@ def forget_probe() -> None:
     _gelu_path.forget()
 
 
-def hooked(module: nn.Module) -> bool:
-    """True unless we can tell that no forward hook (the module's own or a global one) would see
-    `module`'s output. torch has no public way to ask, so a torch without these fields counts as hooked."""
-    from torch.nn.modules import module as torch_module
-
-    try:
-        return bool(module._forward_hooks or module._forward_pre_hooks or torch_module._global_forward_hooks
-                    or torch_module._global_forward_pre_hooks)
-    except AttributeError:
-        return True
-
-
 class Linear(nn.Linear):
     """nn.Linear (same parameters, same state_dict) whose forward takes oneDNN's linear on
     CPU fp32 when nothing needs autograd (in bf16, for one row, oneDNN with weights packed
@@ -217,7 +206,7 @@ class Linear(nn.Linear):
     def forward_gelu(self, x: torch.Tensor, approximate: str) -> torch.Tensor:
         """`F.gelu(self(x), approximate=approximate)`, in one oneDNN call where the fp32 fast path
         applies to `x` (not for one row: decoding keeps linear's measured one-row choice). It skips
-        `__call__`: call it only when `hooked(self)` is False and nobody reads the pre-activation."""
+        `__call__`: call it only when `module_hooked(self)` is False and nobody reads the pre-activation."""
         w, b = self.weight, self.bias
         op = None
         if not (self.plain_only(x) or w.dtype != torch.float32 or x.numel() == x.shape[-1] or not w.is_contiguous()):

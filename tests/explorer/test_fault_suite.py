@@ -443,7 +443,7 @@ def test_fault_block_size_one_model_works_in_attention_and_generation(qtbot, run
     pane.refresh_logits()
     # The pane's own first request (the empty prompt) may land first: one run in flight, then this one.
     qtbot.waitUntil(lambda: pane.logits is not None and pane.distribution is not None
-                    and not pane.logits.context.from_eot, timeout=WAIT_MS)
+                    and not pane.logits.context.from_start, timeout=WAIT_MS)
     assert pane.logits.context.ids.tolist() == session.encode("The quick brown fox")[-1:]
     with qtbot.waitSignal(pane.generationFinished, timeout=WAIT_MS) as finished:
         assert pane.start_generation()

@@ -124,9 +124,11 @@ def test_an_sae_trained_on_a_runs_step_walks_the_kept_steps_and_charts_the_featu
         view.trainRequested.emit(dict(layer=0, site="resid", width=32, k=4, tokens=8192, corpus="run", path=""))
     assert "its token over training:" in view.detail.title.text()
     chart = view.detail.training_chart
-    assert view.detail.tabs.isTabEnabled(1) and chart.series_names == ["density", "max activation"]
-    steps, _values = chart.curve_data("density")
-    assert list(steps) == [0, 10, 20] and chart.marker_step("density") == 20  # the step on screen
+    assert view.detail.tabs.isTabEnabled(1) and chart.series_names == ["density %", "max activation"]
+    steps, values = chart.curve_data("density %")
+    assert list(steps) == [0, 10, 20] and chart.marker_step("density %") == 20  # the step on screen
+    # the table's own density at the step shown (the same sample, the model itself), in the table's percent
+    assert values[-1] == pytest.approx(100 * c.table.density[c.detail.feature], abs=1e-6)
     # the default prompt has characters this model lacks: the run's own text is put in its place, and read
     qtbot.waitUntil(lambda: c.prompt_result is not None, timeout=WAIT)
     assert set(view.prompt_text()) <= set("\n abc") and view.prompt_text() == c.prompt_result.text

@@ -233,7 +233,7 @@ def test_fault_prompt_odd_characters(qtbot, pane, prompt):
 
 def test_fault_empty_prompt_starts_from_endoftext(qtbot, pane):
     wait_for_prompt(qtbot, pane, "")
-    assert pane.logits.context.ids.tolist() == [50256] and pane.logits.context.from_eot
+    assert pane.logits.context.ids.tolist() == [50256] and pane.logits.context.start == "<|endoftext|>"
     assert "<|endoftext|>" in pane.view.prompt_note.text() and pane.view.prompt_note.isVisibleTo(pane.view)
     assert "<|endoftext|>" in pane.view.chart.caption.text() or "&lt;|endoftext|&gt;" in pane.view.chart.caption.text()
     ids = generate_and_wait(qtbot, pane, max_new_tokens=4, temperature=0)

@@ -150,16 +150,19 @@ def test_features_over_training_walk_back_aligned_and_the_scrubbed_step_reopens_
     session = Session.tiny()
     follower = session.training.open(root)
     session.training.show_step(follower, "gpt2", 20)
-    over = session.features.over_training(0, "resid", width=32, k=4, tokens=8192)
+    trained = session.features.train(0, "resid", width=32, k=4, tokens=8192, corpus="run")
+    over = session.features.over_training(trained.source.folder, tokens=8192 * 5)
     assert list(over.steps) == [0, 10, 20] and over.density.shape == (3, 32) and over.max_act.shape == (3, 32)
-    saved = sorted(p.name for p in (root / "sae").iterdir())
+    saved = sorted(p.name for p in (root / "sae").iterdir() if p.is_dir())
     assert saved == [f"gpt2-step{s:06d}-L0-resid-w32-k4" for s in (0, 10, 20)]
     last, before = (load_sae(root / "sae" / saved[i]) for i in (2, 1))
     aligned = float((last.W_dec * before.W_dec).sum(1).mean().detach())
     assert aligned > 0.5  # warm-started from the next step: feature i is still feature i
+    assert last.metadata["lineage"] == before.metadata["lineage"] == trained.source.lineage
     alive = over.max_act[-1] > 0
     assert np.all((over.formed >= 0) == alive) and set(over.formed[alive]) <= {0, 10, 20}
     assert session.features.over_training_of(0, "resid") is over and session.features.over_training_of(0, "mlp") is None
+    np.testing.assert_allclose(over.density[2], trained.density, atol=1e-6)  # the table's own sample, at its step
     session.training.show_step(follower, "gpt2", 10)  # the Train panel's slider: that step's own SAE opens
     table = session.features.use("sae", 0, "resid", corpus="run")
     assert table.source.folder.endswith("gpt2-step000010-L0-resid-w32-k4")

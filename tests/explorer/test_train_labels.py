@@ -176,8 +176,9 @@ def test_a_run_folder_without_its_trace_opens_from_its_checkpoints(qtbot, panel_
     session = panel_context.session
     c.view.choose_step(10)
     qtbot.waitUntil(lambda: "step 10 of 20" in session.info.name, timeout=60_000)
-    c.view.use_button.click()  # ckpt.pt is usable too
-    qtbot.waitUntil(lambda: session.info.source.endswith("ckpt.pt"), timeout=60_000)
+    c.view.use_button.click()  # ckpt.pt is usable too: the run's step it was saved at (issue 39)
+    qtbot.waitUntil(lambda: session.info.run is not None and session.info.run.step == 20
+                    and "step 20 of 20" in session.info.name, timeout=60_000)
     assert c.save_to("ckpt", tmp_path / "copy.pt") and (tmp_path / "copy.pt").is_file()
     page.shutdown()
 

@@ -105,10 +105,11 @@ def test_a_run_started_in_the_panel_is_followed_scrubbed_into_every_panel_and_st
     qtbot.waitUntil(lambda: f.state == "stopped", timeout=10_000)
     assert c.view.form.start_button.isEnabled() and not c.view.form.stop_button.isEnabled()
 
-    # "Use this model": the run's ckpt.pt (saved at the stop) becomes the session's model, read as a file,
-    # with the run's characters as its tokenizer.
+    # "Use this model": the run's ckpt.pt (saved at the stop) becomes the session's model, as the run's
+    # step it was saved at, with the run's characters as its tokenizer (issue 39).
     c.view.use_button.click()
-    qtbot.waitUntil(lambda: session.info.source.endswith("ckpt.pt"), timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: session.info.run is not None and session.info.run.step == f.step
+                    and not window.runner.is_running("train-use"), timeout=WAIT_MS)
     assert session.config.n_head == 4 and session.token_strings(session.encode("ok")) == ["o", "k"]
 
     # Save as a Hugging Face GPT-2 folder: it opens as a model again, with the run's characters.

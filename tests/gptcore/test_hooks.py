@@ -189,3 +189,53 @@ def test_run_with_cache_passes_forward_kwargs(model, idx):
     assert out.shape == (2, 1, CFG.vocab_size) and set(cache) == {"hook_embed"}
     out, _ = model.run_with_cache(idx, names_filter="hook_embed", logits=None, device="cpu")
     assert out is None
+
+
+def test_hooks_suspended_runs_the_model_itself_and_puts_every_hook_back_in_order(model, idx):
+    """An edit held across calls (an app's ablation) is set aside for the block: what the block
+    reads is the plain model's activation; afterwards the edits run again, in their order, and
+    their handles still remove them."""
+    with torch.no_grad():
+        plain, cache = model.run_with_cache(idx, names_filter="blocks.0.hook_mlp_out")
+    order = []
+    zero = model.hook_dict["blocks.0.hook_mlp_out"].add_hook(lambda x, hp: order.append("zero") or torch.zeros_like(x))
+    double = model.hook_dict["blocks.0.hook_mlp_out"].add_hook(lambda x, hp: order.append("double") or 2 * x + 1)
+    try:
+        with torch.no_grad():
+            edited = model(idx)
+            assert order == ["zero", "double"]
+            order.clear()
+            with model.hooks_suspended():
+                assert _attached(model) == set()
+                inside, seen = model.run_with_cache(idx, names_filter="blocks.0.hook_mlp_out")
+            assert order == []  # neither edit ran inside
+            torch.testing.assert_close(inside, plain, rtol=0, atol=0)
+            torch.testing.assert_close(seen["blocks.0.hook_mlp_out"], cache["blocks.0.hook_mlp_out"], rtol=0, atol=0)
+            assert _attached(model) == {"blocks.0.hook_mlp_out"}
+            torch.testing.assert_close(model(idx), edited, rtol=0, atol=0)
+            assert order == ["zero", "double"]  # back, in the order they were added
+    finally:
+        zero.remove()
+        double.remove()
+    assert _attached(model) == set()
+    with torch.no_grad():
+        torch.testing.assert_close(model(idx), plain, rtol=0, atol=0)
+
+
+def test_module_hooked_sees_every_kind_of_forward_hook_and_counts_a_bare_object_as_hooked():
+    from gptcore.model.hooks import module_hooked
+    from gptcore.model.linear import Linear
+
+    class Bare:
+        pass
+
+    assert module_hooked(Bare()) is True  # a torch without the records: the safe answer
+    layer = Linear(3, 4)
+    assert module_hooked(layer) is False
+    with layer.register_forward_pre_hook(lambda m, i: None):
+        assert module_hooked(layer) is True
+    with layer.register_forward_hook(lambda m, i, o: None):
+        assert module_hooked(layer) is True
+    with torch.nn.modules.module.register_module_forward_hook(lambda m, i, o: None):
+        assert module_hooked(layer) is True
+    assert module_hooked(layer) is False

@@ -132,13 +132,3 @@ def test_an_op_refusing_the_gelu_keeps_the_linear_fast_path_and_logs_once(monkey
     assert "unknown post-op 'gelu'" in caplog.records[0].getMessage()
     assert linear.onednn_linear() is refusing  # the plain linear stays on oneDNN
 
-
-def test_hooked_counts_a_torch_without_the_hook_fields_as_hooked():
-    class Bare:
-        pass
-
-    assert linear.hooked(Bare()) is True
-    layer = linear.Linear(3, 4)
-    assert linear.hooked(layer) is False
-    with layer.register_forward_pre_hook(lambda m, i: None):
-        assert linear.hooked(layer) is True

@@ -9,10 +9,18 @@ ablate) are session state like head ablation: `session.interp.set_feature_edits`
 every panel and announces the change. The corpus: the built-in text (CPython's pydoc topics), the
 run's own data (for a model from a training run), or a text file; its last tenth is held out for the
 statistics and metrics.
+
+What an SAE is trained on and measured against is the model itself, whatever edit is held for
+viewing (a head or MLP ablated in Attribution, a feature clamped here): `model.hooks_suspended()`
+sets those aside for the harvest and the metrics (issue 39). The metrics are measured once and saved
+beside the SAE (store.py), so they come back with it whenever it is shown; the feature table itself
+is measured on the model as every panel shows it (edits included).
 """
 from __future__ import annotations
 
+import contextlib
 import threading
+import uuid
 
 import numpy as np
 import torch
@@ -21,10 +29,11 @@ from explorer.session.features import stats
 from explorer.session.features.dashboard import BEFORE, AFTER, MAX_CONTEXT, feature_column, feature_dashboard
 from explorer.session.features.results import (FeatureDashboard, FeatureDetail, FeatureSource, FeatureTable,
                                                PromptFeatures)
-from explorer.session.features.store import (FeaturesError, corpus_ids, find_saved, hook_for, latest_saved,
-                                             sae_folder)
+from explorer.session.features.store import (FeaturesError, corpus_ids, find_saved, first_sequences, held_sample,
+                                             hook_for, latest_saved, model_label, read_metrics, sae_folder,
+                                             save_metrics)
+from explorer.session.features.training import strongest_tokens
 
-EVAL_BYTES = 64 << 20  # held-out activations kept for the browser (float32)
 HARVEST_BYTES = 256 << 20  # activations an SAE is fitted on (float32, in memory)
 METRIC_LOGITS = 1 << 25  # tokens × vocabulary the SAE metrics' three forwards may cost (GPT-2: ~650 tokens)
 TOP_PER_TOKEN = 6
@@ -61,7 +70,8 @@ class FeaturesDomain:
         self._check_layer(model, layer)
         if kind == "neurons":
             dictionary = neuron_dictionary(model, int(layer))
-            source = FeatureSource("neurons", int(layer), "mlp", dictionary.hook, dictionary.width)
+            source = FeatureSource("neurons", int(layer), "mlp", dictionary.hook, dictionary.width,
+                                   lineage=f"neurons of layer {int(layer)}")
         elif kind == "sae":
             folder = find_saved(self.core.info, layer, site)
             if folder is None:
@@ -69,54 +79,97 @@ class FeaturesDomain:
                                     f"width, k and tokens and press Train SAE (or choose Neurons)")
             dictionary = load_sae(folder)
             check_sae_fits(model, dictionary)
-            source = FeatureSource("sae", int(layer), site, dictionary.hook, dictionary.width, dictionary.k, str(folder))
+            source = FeatureSource("sae", int(layer), site, dictionary.hook, dictionary.width, dictionary.k, str(folder),
+                                   lineage=dictionary.metadata.get("lineage") or str(folder))
         else:
             raise FeaturesError(f"kind must be 'neurons' or 'sae', got {kind!r}")
         return self._install(dictionary, source, corpus, path, cancel)
 
     def train(self, layer: int, site: str, *, width: int, k: int, tokens: int, corpus: str = "builtin",
               path: str = "", seed: int = 0, progress=None, cancel=None) -> FeatureTable:
-        """Fit an SAE on this layer and site (harvest under the lock, fitting outside it), save it beside
-        the model or run, and return its table with its metrics on held-out text."""
+        """Fit an SAE on this layer and site of the model itself (harvest under the lock with every edit
+        set aside, fitting outside it), save it and its metrics beside the model or run (for the step
+        shown when it started), and return its table."""
         from gptcore import fit_sae, save_sae
 
-        model = self.core.require_model()
+        model, info = self.core.require_model(), self.core.info
         self._check_layer(model, layer)
         hook = hook_for("sae", layer, site)
         train_ids, _held, name = self._corpus_ids(corpus, path)
         d = model.config.n_embd
-        with self.core.lock:
-            rows = stats.hook_rows(model, _cap(train_ids, HARVEST_BYTES // (4 * d)), hook, cancel)  # (N, d)
+        edits = self.core.interp.ablation.text()
+        with self._model_itself() as plain:  # no yield in here: a task run meanwhile would see the model unedited
+            rows = stats.hook_rows(plain, first_sequences(train_ids, HARVEST_BYTES // (4 * d)), hook, cancel)  # (N, d)
         if progress is not None:
-            progress(0, tokens, f"fitting on {rows.shape[0]:,} tokens of {name}")
+            unedited = f", read from the model itself ({edits} set aside)" if edits else ""
+            progress(0, tokens, f"fitting on {rows.shape[0]:,} tokens of {name}{unedited}")
         sae = fit_sae(rows, width=int(width), k=int(k), tokens=int(tokens), seed=seed, progress=progress,
                       cancel=cancel, hook=hook)
         del rows
-        folder = sae_folder(self.core.info, layer, site, int(width), int(k))
-        save_sae(sae, folder, model_name=self.core.info.name)
-        source = FeatureSource("sae", int(layer), site, hook, sae.width, sae.k, str(folder))
-        return self._install(sae, source, corpus, path, cancel, with_metrics=True)
+        sae.metadata["lineage"] = uuid.uuid4().hex  # a new dictionary: feature i is no earlier feature i
+        folder = sae_folder(info, layer, site, int(width), int(k))
+        save_sae(sae, folder, model_name=model_label(info))
+        if self.core.info.run != info.run or self.core.model is not model:
+            raise FeaturesError(f"the SAE is saved in {folder}, but the model shown changed while it trained: "
+                                f"choose SAE again to open the one saved for the model shown now")
+        source = FeatureSource("sae", int(layer), site, hook, sae.width, sae.k, str(folder),
+                               lineage=sae.metadata["lineage"])
+        return self._install(sae, source, corpus, path, cancel)
 
     def saved(self) -> tuple[int, str] | None:
         """(layer, site) of the SAE saved last for the model shown (reopened by the panel), or None."""
         return latest_saved(self.core.info) if self.core.has_model else None
 
-    def over_training(self, layer: int, site: str, *, width: int, k: int, tokens: int, progress=None, cancel=None):
-        """One SAE per kept step of the model's run, aligned by warm starts (training.py);
-        `tokens` for the last step's fit, a fifth of it for each step walked back from it."""
+    def over_training(self, folder: str, *, tokens: int, progress=None, cancel=None):
+        """From the SAE saved in `folder` (trained on the run's step shown, which it leaves as it is), one
+        SAE per other kept step of the run, aligned by warm starts (training.py), `tokens` // 5 each."""
+        from gptcore import load_sae
+
         from explorer.session.features.training import over_training
 
-        over = over_training(self.core, int(layer), site, width=int(width), k=int(k), tokens=max(4096, tokens // 5),
-                             first_tokens=int(tokens), progress=progress, cancel=cancel)
+        run = self.core.info.run
+        if run is None:
+            raise FeaturesError("features over training need a model from a training run: open a run (File → "
+                                "Open run…) and pick a step in the Train panel")
+        anchor = load_sae(folder)
+        layer, site = _layer_site(anchor.hook)
+        over = over_training(self.core, run, layer, site, anchor, tokens=max(4096, int(tokens) // 5),
+                             progress=progress, cancel=cancel)
         with self._lock:
-            self._over = over
+            self._over = (run.root, run.scheme, over)
         return over
 
-    def over_training_of(self, layer: int, site: str):
-        """The kept over-training walk for this layer and site of the run shown, or None."""
+    def over_training_of(self, layer: int, site: str, width: int = 0, k: int = 0):
+        """The walk over training kept for this layer and site (and width and k) of the run shown, or None."""
+        run = self.core.info.run
         with self._lock:
-            over = self._over
-        return over if over is not None and (over.layer, over.site) == (int(layer), site) else None
+            kept = self._over
+        if kept is None or run is None or kept[:2] != (run.root, run.scheme):
+            return None
+        over = kept[2]
+        fits = (over.layer, over.site) == (int(layer), site) and (not width or (over.width, over.k) == (width, k))
+        return over if fits else None
+
+    def saved_over_training(self, progress=None, cancel=None):
+        """For the SAE shown (a run's step): the walk's series saved beside the run, or, when only the
+        steps' SAEs are there, their series measured now (nothing fitted); None when fewer than two
+        steps have one. Kept like a walk's, so the chart shows in a new session too."""
+        from explorer.session.features.training import measure_saved, read_series
+
+        source, run = self._source, self.core.info.run
+        if source is None or source.kind != "sae" or run is None:
+            return None
+        lineage = source.lineage if source.lineage != source.folder else ""
+        over = self.over_training_of(source.layer, source.site, source.width, source.k)
+        if over is None:
+            over = read_series(self.core, run, source.layer, source.site, source.width, source.k, lineage)
+        if over is None:
+            over = measure_saved(self.core, run, source.layer, source.site, source.width, source.k, lineage,
+                                 progress=progress, cancel=cancel)
+        if over is not None:
+            with self._lock:
+                self._over = (run.root, run.scheme, over)
+        return over
 
     # -- what the browser shows ---------------------------------------------------------------------
     def table(self) -> FeatureTable | None:
@@ -155,9 +208,13 @@ class FeaturesDomain:
         return feature_dashboard(model, dictionary, ev, table, feature, int(before), int(after),
                                  self.core.token_strings, self.core.version)
 
-    def prompt(self, text: str, feature: int | None = None) -> PromptFeatures:
-        """Which features fire on each token of `text` (the selected one's activation per token)."""
+    def prompt(self, text: str, feature: int | None = None, lineage: str | None = None) -> PromptFeatures:
+        """Which features fire on each token of `text` (the selected one's activation per token). A
+        `feature` chosen in another dictionary than the one installed now (`lineage` differs: the panel
+        asked before a new table reached it) shades nothing rather than failing."""
         model, dictionary = self.core.require_model(), self._current()[0]
+        if lineage is not None and self._source is not None and lineage != self._source.lineage:
+            feature = None
         ids = self.core.encode(text)[-model.config.block_size:]
         if not ids:
             raise FeaturesError("type a prompt to see which features fire on its tokens")
@@ -186,10 +243,11 @@ class FeaturesDomain:
                                                   self._source.describe())
 
     # -- inside --------------------------------------------------------------------------------------
-    def _install(self, dictionary, source, corpus, path, cancel, with_metrics=False) -> FeatureTable:
+    def _install(self, dictionary, source, corpus, path, cancel) -> FeatureTable:
         model = self.core.require_model()
         _train, held, name = self._corpus_ids(corpus, path)
-        held = _cap(held, EVAL_BYTES // (4 * max(dictionary.d_in, dictionary.width)))
+        held = held_sample(held, dictionary.d_in, dictionary.width)
+        metrics, metrics_on = self._metrics(dictionary, source, held, name, cancel)
         with self.core.lock:
             rows = stats.hook_rows(model, held, dictionary.hook, cancel)  # (N, d)
             version = self.core.version
@@ -197,22 +255,42 @@ class FeaturesDomain:
         directions = stats.write_directions(model, dictionary, source.kind, source.layer)
         effects = stats.logit_effects(model, directions, model.config.vocab_size, cancel)
         flat = held.reshape(-1).numpy()
-        labels = tuple(self.core.token_strings([int(flat[r])])[0] if v > 0 else ""
-                       for r, v in zip(summary["best_rows"][0], summary["best_vals"][0]))
-        metrics = {}
-        if with_metrics:
-            from gptcore import sae_metrics
-
-            sample = _cap(held, METRIC_LOGITS // model.config.vocab_size)
-            with self.core.lock:
-                m = sae_metrics(model, dictionary, sample)
-            metrics = {key: float(m[key]) for key in m.keys()}
+        labels = strongest_tokens(self.core, flat, summary)
         table = FeatureTable(source, np.arange(dictionary.width), summary["density"], summary["max_act"], effects,
-                             labels, int(rows.shape[0]), name, metrics, version)
+                             labels, int(rows.shape[0]), name, metrics=metrics, metrics_on=metrics_on, version=version)
         with self._lock:
             self._dictionary, self._source, self._table = dictionary, source, table
             self._eval = {"rows": rows, "ids": flat, "seq_len": held.shape[1], "corpus": name}
         return table
+
+    def _metrics(self, dictionary, source, held, corpus: str, cancel) -> tuple[dict, str]:
+        """An SAE's metrics: those saved beside it, else measured now on the model itself (every edit set
+        aside) and saved there; neurons have none."""
+        if source.kind != "sae":
+            return {}, ""
+        saved = read_metrics(source.folder)
+        if saved is not None:
+            return saved
+        from gptcore import sae_metrics
+
+        sample = first_sequences(held, METRIC_LOGITS // self.core.require_model().config.vocab_size)
+        with self._model_itself() as plain:
+            measured = sae_metrics(plain, dictionary, sample, cancel=cancel)
+        metrics = {key: float(measured[key]) for key in measured.keys()}
+        on = f"{measured.tokens:,} held-out tokens of {corpus}, model unedited"
+        save_metrics(source.folder, metrics, on)
+        return metrics, on
+
+    @contextlib.contextmanager
+    def _model_itself(self):
+        """The model under the core's lock with every edit held for viewing (ablation, feature edits) set
+        aside: what an SAE is trained on and measured against. Nothing inside may report progress: a
+        report runs waiting tasks right there, on this thread, which holds the (re-entrant) lock — they
+        would read the unedited model, or change the edits while they are set aside."""
+        with self.core.lock:
+            model = self.core.require_model()
+            with model.hooks_suspended():
+                yield model
 
     def _corpus_ids(self, corpus: str, path: str):
         """corpus_ids, kept for the model and tokenizer it was encoded for."""
@@ -246,8 +324,11 @@ class FeaturesDomain:
             raise FeaturesError(f"layer {layer!r} does not exist: this model has layers 0..{model.config.n_layer - 1}")
 
 
-def _cap(ids: torch.Tensor, max_tokens: int) -> torch.Tensor:
-    """The first sequences of `ids` (S, T) holding at most `max_tokens` tokens (at least one sequence)."""
-    keep = max(1, int(max_tokens) // max(1, ids.shape[1]))
-    return ids[:keep]
+def _layer_site(hook: str) -> tuple[int, str]:
+    """(layer, site) of an SAE's hook point ("blocks.1.hook_resid_post" -> (1, "resid"))."""
+    parts = hook.split(".")
+    if len(parts) != 3 or parts[0] != "blocks" or parts[2] not in ("hook_resid_post", "hook_mlp_out"):
+        raise FeaturesError(f"an SAE at {hook!r} is not one the Features panel trains (a layer's residual stream "
+                            f"or MLP output)")
+    return int(parts[1]), "resid" if parts[2] == "hook_resid_post" else "mlp"
 

@@ -22,6 +22,8 @@ class FeatureSource:
     width: int  # how many features
     k: int = 0  # the SAE's top-k (0 for neurons)
     folder: str = ""  # where the SAE is saved ("" for neurons)
+    lineage: str = ""  # equal for dictionaries whose feature i is the same feature: a layer's neurons at any
+    #                    step, an SAE and the SAEs the walk over training fitted from it (a fresh SAE: a new one)
 
     def describe(self) -> str:
         if self.kind == "neurons":
@@ -42,6 +44,7 @@ class FeatureTable:
     tokens: int  # how many tokens the statistics are over
     corpus: str  # what those tokens are
     metrics: dict = field(default_factory=dict)  # SAE metrics (l0, explained_variance, …); {} for neurons
+    metrics_on: str = ""  # what the metrics were measured on (saved with them beside the SAE)
     version: int = 0
 
     @property

@@ -1,19 +1,31 @@
 """Where the Features domain's inputs and outputs live (issue 33): the corpus it reads (as token ids
 of this model's tokenizer, split into train and a held-out tenth) and the folders SAEs are saved in —
 beside the run (a run's step: `<run>/sae/`), beside a local model (`<its folder>/sae/`), else in the
-user's data folder — so a trained SAE is found again the next time the same model is open. No Qt.
+user's data folder — so a trained SAE is found again the next time the same model is open.
+
+Beside an SAE's two SAELens files (which SAELens reads; it ignores others) lies `metrics.json`: the
+SAE's metrics, measured once on the model itself, with the text they were measured on and the
+weights file they belong to (issue 39: metrics belong to the saved SAE, not to a moment of the panel).
+A walk over a run's kept steps leaves its series in `<run>/sae/<scheme>-L…-over-training.npz`. No Qt.
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from gptcore.errors import UserError
+from gptcore.io.atomic import atomic_path, atomic_write_bytes
 
 SEQ_LEN = 128  # tokens per sequence the corpus is cut into (or the model's block_size, if shorter)
 HELD_OUT = 0.1  # the last tenth of the corpus: statistics and metrics, never trained on
+EVAL_BYTES = 64 << 20  # held-out activations kept for the browser (float32)
+METRICS_FILE = "metrics.json"
+METRICS_FORMAT = "gpt-explorer-sae-metrics-1"
+WEIGHTS_FILE = "sae_weights.safetensors"  # SAELens's name (gptcore.interp.sae.files)
 
 
 class FeaturesError(UserError):
@@ -82,6 +94,18 @@ def corpus_ids(core, choice: str, path: str = "") -> tuple[torch.Tensor, torch.T
     return seqs[: n - held], seqs[n - held:], name
 
 
+def first_sequences(ids: torch.Tensor, max_tokens: int) -> torch.Tensor:
+    """The first sequences of `ids` (S, T) holding at most `max_tokens` tokens (at least one sequence)."""
+    keep = max(1, int(max_tokens) // max(1, ids.shape[1]))
+    return ids[:keep]
+
+
+def held_sample(held: torch.Tensor, d_in: int, width: int) -> torch.Tensor:
+    """The held-out sequences a dictionary's statistics are measured on (the table's, and each step's in
+    the walk over training, so the two agree): as many as EVAL_BYTES of activations hold."""
+    return first_sequences(held, EVAL_BYTES // (4 * max(int(d_in), int(width))))
+
+
 def sae_home(info) -> Path:
     """The folder this model's SAEs are saved in (see the module docstring)."""
     if info.run is not None:
@@ -131,6 +155,59 @@ def latest_saved(info) -> tuple[int, str] | None:
         if m:
             return int(m[1]), m[2]
     return None
+
+
+def model_label(info) -> str:
+    """What an SAE's cfg.json calls the model it was trained on: its name, and the run it is a step of."""
+    return f"training run {info.run.run_name}: {info.name}" if info.run is not None else info.name
+
+
+# -- the metrics beside an SAE ---------------------------------------------------------------------
+def _weights_stamp(folder: Path) -> dict:
+    stat = (folder / WEIGHTS_FILE).stat()
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def save_metrics(folder, metrics: dict, measured_on: str) -> None:
+    """`metrics` (name -> number) of the SAE in `folder`, measured on `measured_on` (words)."""
+    folder = Path(folder)
+    record = {"format": METRICS_FORMAT, "metrics": {k: float(v) for k, v in metrics.items()},
+              "measured_on": measured_on, "weights": _weights_stamp(folder)}
+    atomic_write_bytes(folder / METRICS_FILE, json.dumps(record, indent=2).encode("utf-8"))
+
+
+def read_metrics(folder) -> tuple[dict, str] | None:
+    """(metrics, what they were measured on) saved beside the SAE in `folder`; None when there are none,
+    or they belong to other weights (the SAE was trained again since) or cannot be read."""
+    folder = Path(folder)
+    try:
+        record = json.loads((folder / METRICS_FILE).read_text(encoding="utf-8"))
+        if record.get("format") != METRICS_FORMAT or record.get("weights") != _weights_stamp(folder):
+            return None
+        return {str(k): float(v) for k, v in record["metrics"].items()}, str(record["measured_on"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+# -- a walk's series beside the run ------------------------------------------------------------------
+def over_training_file(run, layer: int, site: str, width: int, k: int) -> Path:
+    return Path(run.root) / "sae" / f"{run.scheme}-L{int(layer)}-{site}-w{int(width)}-k{int(k)}-over-training.npz"
+
+
+def save_arrays(path: Path, arrays: dict) -> None:
+    """numpy arrays (strings included: no pickles) into one .npz, written then renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+
+
+def read_arrays(path: Path) -> dict | None:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {name: data[name] for name in data.files}
+    except (OSError, ValueError):
+        return None
 
 
 def _slug(name: str) -> str:

@@ -23,20 +23,37 @@ class GenerationDomain:
         self.precision = GenerationPrecision(core)  # fp32, or a bf16 copy for generation (precision.py)
 
     def context(self, text: str) -> PromptContext:
-        """The ids the model reads for `text`: <|endoftext|> when empty, the last
+        """The ids the model reads for `text`: its start token when empty (`empty_start`), the last
         block_size tokens when longer (tokenizer only, cheap enough for the GUI thread)."""
         tok = self.core.tokenizer
         ids = self.core.encode(text)
-        from_eot = not ids
-        if from_eot:
-            if tok.eot_token is None:
-                raise ValueError("this model's tokenizer has no end-of-text token to start from: type a prompt")
-            ids = [tok.eot_token]
+        start, why = "", ""
+        if not ids:
+            token, start, why = self.empty_start()
+            ids = [token]
         block = self.core.model.config.block_size
         cropped = max(0, len(ids) - block)
         kept = ids[cropped:]
-        return PromptContext(ids=np.asarray(kept, dtype=np.int64), text=tok.decode(kept),
-                             cropped=cropped, total_tokens=len(ids), from_eot=from_eot, block_size=block)
+        return PromptContext(ids=np.asarray(kept, dtype=np.int64), text=tok.decode(kept), cropped=cropped,
+                             total_tokens=len(ids), block_size=block, start=start, start_why=why)
+
+    def empty_start(self) -> tuple[int, str, str]:
+        """(token, what it is, why it) an empty prompt starts from: the tokenizer's end-of-text token
+        (GPT-2's <|endoftext|>); a model without one (a character model) starts from a newline, as
+        nanoGPT's sample.py does, or else from the first symbol of its vocabulary."""
+        tok = self.core.tokenizer
+        if tok.eot_token is not None:
+            return int(tok.eot_token), tok.token_str(int(tok.eot_token)), ""
+        vocab = self.core.require_model().config.vocab_size
+        try:
+            newline = self.core.encode("\n")
+        except ValueError:  # an alphabet without it
+            newline = []
+        if len(newline) == 1 and 0 <= newline[0] < vocab:
+            return newline[0], "a newline", ("this model's tokenizer has no end-of-text token; nanoGPT's sample.py "
+                                             "starts a character model from a newline too")
+        return 0, f"{tok.token_str(0)!r} (token 0)", ("this model's tokenizer has no end-of-text token, nor a "
+                                                      "newline: the first symbol of its vocabulary stands in")
 
     def next_token(self, text: str) -> NextTokenLogits:
         """One forward over the (cropped) prompt; the last position's logits as numpy."""

@@ -17,8 +17,14 @@ class PromptContext:
     text: str  # those ids decoded
     cropped: int  # tokens dropped from the front (prompt longer than block_size)
     total_tokens: int
-    from_eot: bool  # the prompt was empty: the model starts from <|endoftext|>
     block_size: int
+    start: str = ""  # "" unless the prompt was empty: what the model starts from, in words ("<|endoftext|>")
+    start_why: str = ""  # why that token ("" for <|endoftext|>, which needs no reason)
+
+    @property
+    def from_start(self) -> bool:
+        """The prompt was empty: the model reads only its start token."""
+        return bool(self.start)
 
 
 @dataclass(frozen=True)

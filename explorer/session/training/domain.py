@@ -62,6 +62,12 @@ def run_tokenizer(root: Path, meta: dict):
     return IdTokenizer(n_vocab, reason), f"none — {reason}: token ids are shown"
 
 
+def run_step(follower: RunFollower, scheme: str, step: int) -> RunStep:
+    """The typed fact "these weights are step `step` of `scheme` in this run"."""
+    return RunStep(root=str(follower.root), scheme=scheme, step=int(step), max_iters=int(follower.max_iters or 0),
+                   schemes=max(1, len(follower.schemes)))
+
+
 def is_run_model(info, root) -> bool:
     """Does the session's model come from this run folder (any scheme, any step)? Read from the
     typed fact (`ModelInfo.run`), never from the text."""
@@ -129,10 +135,8 @@ class TrainingDomain:
                                  f"still being written — choose another step") from None
         if cancel is not None and cancel():
             raise Cancelled("another step was chosen")
-        source = f"{RUN_SOURCE_PREFIX}{root} ({scheme})"
         provenance = f"weights of step {step:,} of the training run in {root}"
-        run = RunStep(root=str(root), scheme=scheme, step=int(step), max_iters=int(follower.max_iters or 0),
-                      schemes=max(1, len(follower.schemes)))
+        run = run_step(follower, scheme, step)
         with core.lock:
             shown = core.info.run if core.has_model else None
             same_run = (shown is not None and (Path(shown.root), shown.scheme) == (root, scheme)
@@ -144,14 +148,51 @@ class TrainingDomain:
 
             version = core.show_training_step(model.state_dict(), step, name=name, info=facts)
             return StepShown(str(root), scheme, step, name, version, swapped=False)
-        tokenizer, tokenizer_name = run_tokenizer(root, follower.meta or follower.folder.read_meta())
-        core.adopt(model, name=name, source=source, tokenizer=tokenizer, tokenizer_name=tokenizer_name,
-                   trained=bool(step), provenance=provenance, run=run)
-        return StepShown(str(root), scheme, step, name, core.version, swapped=True)
+        return self._adopt_step(follower, scheme, step, model, provenance=provenance, name=name)
 
-    def use_final(self, follower: RunFollower, scheme: str, cancel=None):
-        """The run's latest full checkpoint (ckpt.pt) becomes the session's model, loaded as a file."""
-        return self.core.load(str(self._ckpt(follower, scheme)), cancel=cancel)
+    def _adopt_step(self, follower: RunFollower, scheme: str, step: int, model, *, provenance: str,
+                    name: str | None = None) -> StepShown:
+        """`model`, the run's `step`, becomes the session's model (a swap) with the run's tokenizer and facts."""
+        root = follower.root
+        name = name or step_name(step, follower.max_iters, follower.latest_val(scheme, step), follower.corpus_label(),
+                                 scheme, len(follower.schemes))
+        tokenizer, tokenizer_name = run_tokenizer(root, follower.meta or follower.folder.read_meta())
+        self.core.adopt(model.to(self.core.device).eval(), name=name, source=f"{RUN_SOURCE_PREFIX}{root} ({scheme})",
+                        tokenizer=tokenizer, tokenizer_name=tokenizer_name, trained=bool(step),
+                        provenance=provenance, run=run_step(follower, scheme, step))
+        return StepShown(str(root), scheme, step, name, self.core.version, swapped=True)
+
+    def show_latest(self, path, cancel=None) -> StepShown | None:
+        """`--run DIR`: the run's latest kept step (of its first scheme that kept one) becomes the
+        session's model; None when the run has kept no step yet (RunFollowError: not a run folder)."""
+        follower = self.open(path)
+        with follower.lock:
+            kept = [(scheme, follower.kept_steps(scheme)) for scheme in follower.schemes]
+        scheme, steps = next(((s, k) for s, k in kept if k), (None, []))
+        return self.show_step(follower, scheme, steps[-1], cancel=cancel) if steps else None
+
+    def use_final(self, follower: RunFollower, scheme: str, cancel=None) -> StepShown:
+        """The run's latest full checkpoint (ckpt.pt) becomes the session's model, as the run's step it
+        was saved at (its iter_num): the same facts (`ModelInfo.run`), tokenizer and name as the step
+        slider gives, so every panel still knows the run — its SAEs, its data. A kept step is read from
+        its own file (the same weights); a step that was not kept (a run stopped between evals) from
+        ckpt.pt."""
+        from gptcore.errors import Cancelled
+        from gptcore.io.checkpoints import read_torch
+
+        path = self._ckpt(follower, scheme)
+        step = int(read_torch(path).get("iter_num") or 0)
+        with follower.lock:
+            kept = follower.kept_steps(scheme)
+        if step in kept:
+            return self.show_step(follower, scheme, step, cancel=cancel)
+        from explorer.session import models
+
+        model, _info, _tokenizer = models.read(str(path), self.core.device, cancel=cancel)
+        if cancel is not None and cancel():
+            raise Cancelled("another model was asked for")
+        return self._adopt_step(follower, scheme, step, model, provenance=f"{path.name} of the training run in "
+                                f"{follower.root}, saved at step {step:,}")
 
     def save_ckpt(self, follower: RunFollower, scheme: str, target) -> str:
         """A copy of the run's latest ckpt.pt at `target`; what was saved, in words."""

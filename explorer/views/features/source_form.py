@@ -45,6 +45,7 @@ class SourceForm(QWidget):
         super().__init__(parent)
         self._quiet = False
         self._file = ""
+        self._sae_site = SITES[0][0]  # the site an SAE was last asked for (neurons show theirs: the MLP)
         box = QVBoxLayout(self)
         box.setContentsMargins(0, 0, 0, 0)
         box.setSpacing(4)
@@ -76,8 +77,8 @@ class SourceForm(QWidget):
         self.kind.addButton(self.sae)
         self.neurons.setChecked(True)
         self.layer.currentIndexChanged.connect(self._announce)
-        self.site.currentIndexChanged.connect(self._announce)
-        self.kind.buttonToggled.connect(lambda _b, on: on and self._announce())
+        self.site.currentIndexChanged.connect(self._site_chosen)
+        self.kind.buttonToggled.connect(self._kind_toggled)
         row = QHBoxLayout()
         row.addWidget(QLabel("Layer"))
         row.addWidget(self.layer)
@@ -154,6 +155,8 @@ class SourceForm(QWidget):
             index = self.site.findData(site)
             if index >= 0:
                 self.site.setCurrentIndex(index)
+                if kind == "sae":
+                    self._sae_site = site
         finally:
             self._quiet = False
         self._show_kind()
@@ -204,6 +207,25 @@ class SourceForm(QWidget):
         return {"layer": max(self.layer.currentIndex(), 0), "site": self.site.currentData(),
                 "width": self.width_box.value(), "k": self.k_box.value(), "tokens": self.tokens_box.value(),
                 "corpus": self.corpus.currentData(), "path": self._file if self.corpus.currentData() == "file" else ""}
+
+    def _kind_toggled(self, button, on: bool) -> None:
+        """Back to SAE from Neurons: the site the SAE was read at, not the neurons' MLP (issue 39)."""
+        if not on:
+            return
+        if button is self.sae:
+            index = self.site.findData(self._sae_site)
+            if index >= 0 and index != self.site.currentIndex():
+                quiet, self._quiet = self._quiet, True
+                try:
+                    self.site.setCurrentIndex(index)
+                finally:
+                    self._quiet = quiet
+        self._announce()
+
+    def _site_chosen(self) -> None:
+        if self.sae.isChecked():
+            self._sae_site = self.site.currentData()
+        self._announce()
 
     def _announce(self) -> None:
         self._show_kind()

@@ -47,7 +47,7 @@ class GenerationPanel(QWidget):
 
     # -- construction ------------------------------------------------------------------------
     def _build_prompt_row(self) -> QHBoxLayout:
-        self.prompt = PromptBox("Prompt (empty: the model starts from <|endoftext|>)")  # three lines high
+        self.prompt = PromptBox("Prompt (empty: the model starts from its start token)")  # three lines high
         self.prompt.edited.connect(self.promptChanged)
         self.generate_button = QPushButton("Generate")
         self.generate_button.setToolTip("Generate a continuation (Ctrl+Enter)")
@@ -112,6 +112,9 @@ class GenerationPanel(QWidget):
 
     def set_prompt_text(self, text: str) -> None:
         self.prompt.set_text(text)
+
+    def set_prompt_placeholder(self, text: str) -> None:
+        self.prompt.setPlaceholderText(text)
 
     def generated_text(self) -> str:
         """The text generated so far (the prompt's echo excluded)."""

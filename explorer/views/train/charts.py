@@ -68,6 +68,7 @@ class TrainCharts(QWidget):
         self._curves: dict[tuple[str, str], pg.PlotDataItem] = {}
         self._census: dict[str, list] = {}
         self._census_steps: list[int] = []
+        self._census_at: int | None = None  # the step shown the slider last followed
         self._legend: list[tuple[str, str]] = []  # (part, colour) of the grad-norm curves
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
@@ -216,15 +217,20 @@ class TrainCharts(QWidget):
     def shown_scheme(self) -> str:
         return self.scheme_combo.currentText()
 
-    def set_census(self, steps, maps: dict) -> None:
-        """steps: probe steps; maps: {score name: array (S, L, H)}. The slider stays on the latest
-        step while it was there (it follows the run), otherwise where the user put it."""
+    def set_census(self, steps, maps: dict, at_step: int | None = None) -> None:
+        """steps: probe steps; maps: {score name: array (S, L, H)}. `at_step`: the training step every
+        panel shows; when it changes the slider moves to the last probe at or before it. Otherwise the
+        slider stays on the latest step while it was there (it follows the run), else where the user put it."""
         at_end = self.census_slider.value() >= self.census_slider.maximum()
         self._census_steps = [int(s) for s in steps]
         self._census = {k: np.asarray(v, float) for k, v in maps.items()}
         self.census_slider.blockSignals(True)
         self.census_slider.setRange(0, max(0, len(steps) - 1))
-        if at_end:
+        moved, self._census_at = at_step != self._census_at, at_step
+        before = [i for i, s in enumerate(self._census_steps) if at_step is not None and s <= at_step]
+        if moved and before:
+            self.census_slider.setValue(before[-1])
+        elif at_end:
             self.census_slider.setValue(self.census_slider.maximum())
         self.census_slider.blockSignals(False)
         self._show_census()

@@ -173,11 +173,13 @@ class TrainPanel(QWidget):
         self.charts.set_losses(losses)
         self.charts.set_icl(icl)
 
-    def set_scheme_charts(self, steps, lr, grad_norms: dict, census_steps, census: dict) -> None:
-        """The shown scheme's learning rate, gradient norms per part and head census over probes."""
+    def set_scheme_charts(self, steps, lr, grad_norms: dict, census_steps, census: dict,
+                          at_step: int | None = None) -> None:
+        """The shown scheme's learning rate, gradient norms per part and head census over probes (at the
+        probe of `at_step`, the step every panel shows, when it changes)."""
         self.charts.set_lr(steps, lr)
         self.charts.set_grad_norms(steps, grad_norms)
-        self.charts.set_census(census_steps, census)
+        self.charts.set_census(census_steps, census, at_step)
 
     # -- in --------------------------------------------------------------------------------------------
     def set_status(self, text: str) -> None:
@@ -242,6 +244,10 @@ class TrainPanel(QWidget):
         self.save_button.setEnabled(loaded)
 
     def clear_run(self) -> None:
+        """Another run: nothing of the last one stays, and the new one is followed from its latest step."""
+        self.latest_box.blockSignals(True)
+        self.latest_box.setChecked(True)
+        self.latest_box.blockSignals(False)
         self.charts.clear()
         self.set_sample(None, "", "")
         self._shown_text = ""
