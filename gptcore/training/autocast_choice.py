@@ -72,9 +72,9 @@ def shape_key(config, batch_size: int) -> str:
 
 
 def cache_path() -> Path:
-    import platformdirs
+    from gptcore.io.user_dirs import user_dir
 
-    return Path(platformdirs.user_cache_dir("gptcore", appauthor=False)) / CACHE_FILE
+    return user_dir("cache", "gptcore") / CACHE_FILE
 
 
 def choose_cpu_autocast(model: nn.Module, batch_size: int, *, cache: Path | None = None,

@@ -179,8 +179,11 @@ def _preset(name: str, given: set):
 def _pick_device(asked: str | None, world_size: int, local_rank: int) -> str:
     import torch
 
-    if asked is None:
-        asked = "cuda" if torch.cuda.is_available() else "cpu"
+    from gptcore.io.loading import default_device
+
+    if asked is None:  # the library's one "auto" rule; a run is not started on Apple's MPS unasked
+        best = default_device()
+        asked = "cpu" if best.type == "mps" else str(best)
     if asked.startswith("cuda"):
         if not torch.cuda.is_available():
             raise UsageError(f"--device={asked}: torch sees no CUDA GPU here; use --device=cpu")
