@@ -79,6 +79,8 @@ def _skip_qt_tests(items) -> None:
         wanted = QT_FIXTURES & set(getattr(item, "fixturenames", ()))
         if wanted:
             item.add_marker(pytest.mark.skip(reason=_qt_reason(f"uses the {', '.join(sorted(wanted))} fixture")))
+        elif item.get_closest_marker("qt") is not None:
+            item.add_marker(pytest.mark.skip(reason=_qt_reason("marked qt")))
 
 
 # A hung test ends the run within this many seconds, with every thread's stack printed, instead of
@@ -185,6 +187,8 @@ SLOW = {
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "slow: left out of the everyday loop (`pytest -m \"not slow\"`); "
                                        "see tests/conftest.py for the rule")
+    config.addinivalue_line("markers", "qt: needs Qt (PySide6, pyqtgraph, pytest-qt) beyond what the module "
+                                       "imports; skipped, with the reason, where they are not installed")
 
 
 def pytest_collection_modifyitems(config, items) -> None:

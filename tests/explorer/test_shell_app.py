@@ -17,6 +17,8 @@ import pytest
 
 from explorer.app import QUIT_WAIT_MS
 
+pytestmark = pytest.mark.qt  # every test starts the app (or its window) in a process of its own
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -3,20 +3,16 @@ input problem a `UserError`, and the app classifies by type (subclasses included
 from __future__ import annotations
 
 import importlib
-import importlib.util
 
 import pytest
 
 from gptcore.errors import Cancelled, UserError, is_cancellation, is_user_error
 
-# explorer.runtime.workers is Qt's side of the app: where PySide6 is not installed (a GPU machine's
-# image, issue 37) its class is skipped, named; everywhere else it is checked like the others.
-_NO_QT = next((name for name in ("PySide6", "shiboken6") if importlib.util.find_spec(name) is None), None)
-
 
 def _named(path: str, needs_qt: bool = False):
-    marks = [pytest.mark.skipif(needs_qt and _NO_QT is not None, reason=f"needs {_NO_QT} (not installed here)")]
-    return pytest.param(path, marks=marks, id=path.rsplit(":", 1)[1])
+    """A class by its import path; explorer.runtime.workers is Qt's side of the app: skipped, named,
+    where PySide6 is not installed (a GPU machine's image, issue 37; the `qt` marker, tests/conftest.py)."""
+    return pytest.param(path, marks=[pytest.mark.qt] if needs_qt else [], id=path.rsplit(":", 1)[1])
 
 
 def _class(path: str) -> type:
