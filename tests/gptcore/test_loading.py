@@ -267,6 +267,7 @@ def test_cuda_asked_for_where_torch_sees_none_names_the_fix(monkeypatch):
         resolve_device("cuda")
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_load_onto_cuda_in_fp16(hf_tiny, tokens, tmp_path):
     hf_tiny.save_pretrained(tmp_path / "tiny")
