@@ -9,7 +9,6 @@ them at once instead of leaving the others waiting for a peer that has exited.
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
 from gptcore.model.config import GPTConfig
@@ -215,21 +214,9 @@ def training_memory(model: GPTConfig, train: TrainConfig, n_schemes: int) -> int
 
 def free_memory(device: str) -> int | None:
     """Bytes free on `device` now, or None when it cannot be told."""
-    if device.startswith("cuda"):
-        import torch
+    from gptcore.model.device_memory import free_bytes
 
-        return int(torch.cuda.mem_get_info(torch.device(device))[0])
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+    return free_bytes(device)
 
 
 def check_fits(model: GPTConfig, train: TrainConfig, n_schemes: int, device: str) -> int:
