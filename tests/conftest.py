@@ -48,6 +48,11 @@ QT_MISSING = tuple(name for name in QT_PACKAGES if importlib.util.find_spec(name
 QT_FIXTURES = {"qtbot", "qapp", "run_screenshot"}  # run_screenshot starts the app, which needs PySide6
 
 
+def pytest_addoption(parser) -> None:
+    if "pytestqt" in QT_MISSING:  # pyproject's qt_api is pytest-qt's setting: known, unused, not warned about
+        parser.addini("qt_api", "pytest-qt's Qt binding (pytest-qt is not installed here)")
+
+
 def _qt_reason(what: str) -> str:
     return (f"{what}; not installed here: {', '.join(QT_MISSING)} "
             f"(pip install -e '.[test]' brings them; the headless tests run without)")

@@ -271,7 +271,22 @@ def test_fault_safetensors_header_that_lies(case, expected, tmp_path):
 
 # -- 5. NaN / Inf weights (refused, with the tensors named) ----------------------------------------
 
-def test_fault_nan_and_inf_weights_are_refused_with_tensor_names(hf_tiny, tmp_path):
+@pytest.fixture(params=["cpu", "gpu's route"])
+def route(request, monkeypatch):
+    """The CPU's load, or the one a GPU load takes (staged copies, the NaN screen on the device and read
+    back once: gptcore.io.loading), taken on the CPU (tests/gptcore/test_loading_device.py)."""
+    from gptcore.io import loading
+
+    stacks = []
+    if request.param != "cpu":
+        real_stack = torch.stack
+        monkeypatch.setattr(loading, "_accelerator", lambda device: True)
+        monkeypatch.setattr(loading, "_usable_in_place", lambda *a: False)
+        monkeypatch.setattr(torch, "stack", lambda ts, *a, **k: stacks.append(len(ts)) or real_stack(ts, *a, **k))
+    return request.param, stacks
+
+
+def test_fault_nan_and_inf_weights_are_refused_with_tensor_names(hf_tiny, tmp_path, route):
     state = {k: v.clone() for k, v in hf_tiny.state_dict().items() if k != "lm_head.weight"}
     state["transformer.h.1.mlp.c_fc.weight"][3, :5] = float("nan")
     state["transformer.wpe.weight"][0, 0] = float("inf")
@@ -283,9 +298,12 @@ def test_fault_nan_and_inf_weights_are_refused_with_tensor_names(hf_tiny, tmp_pa
     message = str(raised.value)
     assert "blocks.1.mlp.c_fc.weight (5 of" in message and "pos_embed.weight (1 of" in message
     assert "blocks.0" not in message and "earlier" in message
+    assert message.index("pos_embed.weight") < message.index("blocks.1.mlp.c_fc.weight")  # the model's order
+    name, stacks = route
+    assert stacks == ([] if name == "cpu" else [len(state)])  # on a GPU every tensor's flag comes back in one read
 
 
-def test_fault_values_that_overflow_fp16_are_refused_in_fp16_only(hf_tiny, tmp_path):
+def test_fault_values_that_overflow_fp16_are_refused_in_fp16_only(hf_tiny, tmp_path, route):
     state = {k: v.clone() for k, v in hf_tiny.state_dict().items() if k != "lm_head.weight"}
     state["transformer.h.0.attn.c_proj.weight"][0, 0] = 1e6  # finite in fp32 and bf16, Inf in fp16
     (tmp_path / "big").mkdir()
