@@ -45,6 +45,7 @@ import numpy as np
 import torch
 
 from gptcore.errors import UserError
+from gptcore.interp.probes.incremental import in_one_transfer
 from gptcore.interp.targets import Ids, as_ids
 
 FLOOR = 1e-5  # the floor of a raw share, as the paper's tool has it
@@ -210,8 +211,11 @@ class _FlowTaps:
         """The shares into the result's arrays: one transfer from the device (nothing to do on the CPU)."""
         if self.here:
             return
-        for name, tensor in self.out.items():
-            self._arrays()[name][...] = tensor.cpu().numpy()
+        names = list(self.out)
+        got = in_one_transfer(*(self.out[name].float() for name in names))  # replaced: exact 0.0 / 1.0
+        arrays = self._arrays()
+        for name, tensor in zip(names, got):
+            arrays[name][...] = tensor.numpy() if name != "replaced" else tensor.numpy() > 0
 
     def attach(self) -> None:
         hd = self.model.hook_dict

@@ -31,6 +31,7 @@ from gptcore.errors import Cancelled
 from gptcore.interp.flow import check_flow_model, check_prompt, shares_of_parts, two_part_shares, value_parts
 from gptcore.interp.flow_graph import (FlowGraph, check_position_threshold, mlp_edges, source_node,
                                        threshold_attention, threshold_mlp)
+from gptcore.interp.probes.incremental import in_one_transfer
 from gptcore.interp.targets import Ids
 
 
@@ -70,8 +71,8 @@ class _Keep:
 
     def finish(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(replaced (L, nh), mlp (L, T), mlp_residual (L, T)) as numpy, in one read from the device."""
-        mlp = self._mlp.cpu().numpy()
-        return self._replaced.cpu().numpy(), mlp[0], mlp[1]
+        replaced, mlp = (t.numpy() for t in in_one_transfer(self._replaced.float(), self._mlp))
+        return replaced > 0, mlp[0], mlp[1]
 
     def attach(self) -> None:
         hd, rope = self.model.hook_dict, self.model.config.pos_embedding == "rope"
