@@ -73,9 +73,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def log_dir() -> Path:
-    import platformdirs
+    from gptcore.io.user_dirs import user_dir
 
-    return Path(platformdirs.user_log_dir("gpt-explorer", appauthor=False))
+    return user_dir("log", "gpt-explorer")
 
 
 _HANDLERS: list[logging.Handler] = []

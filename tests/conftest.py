@@ -12,10 +12,81 @@ The full run (`pytest`, no -m) still runs every test; CI runs the full run.
 from __future__ import annotations
 
 import faulthandler
+import importlib.util
 import os
 import sys
+from pathlib import Path
 
 import pytest
+
+# GPT_EXPLORER_TEST_FAKE_ACCELERATOR=1 runs the suite as a machine with a GPU would, where "auto"
+# is not the CPU (tests/fake_accelerator/sitecustomize.py says how): a test that lets a library call
+# pick the device while its oracle stays on the CPU fails here as it would on CUDA. Installed before
+# any test module imports gptcore, and inherited by every Python process a test starts.
+FAKE_ACCELERATOR_DIR = Path(__file__).resolve().parent / "fake_accelerator"
+
+
+def _install_fake_accelerator() -> None:
+    spec = importlib.util.spec_from_file_location("_fake_accelerator", FAKE_ACCELERATOR_DIR / "sitecustomize.py")
+    fake = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fake)
+    if fake.enabled():
+        fake.install()
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            [str(FAKE_ACCELERATOR_DIR), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+
+
+_install_fake_accelerator()
+
+# Without Qt (a GPU machine's image lacks PySide6, pyqtgraph and pytest-qt, issue 37) the headless
+# half of the suite still runs: a test module whose import stops at a missing Qt package is skipped
+# as a whole, and a test that asks for a Qt fixture (qtbot, qapp, or one built on them) is skipped,
+# each with the missing package named. Where those packages are installed nothing is skipped, and
+# any other import error stays an error.
+QT_PACKAGES = ("PySide6", "shiboken6", "pyqtgraph", "pytestqt")  # pytestqt: pytest-qt (qtbot, qapp)
+QT_MISSING = tuple(name for name in QT_PACKAGES if importlib.util.find_spec(name) is None)
+QT_FIXTURES = {"qtbot", "qapp", "run_screenshot"}  # run_screenshot starts the app, which needs PySide6
+
+
+def pytest_addoption(parser) -> None:
+    if "pytestqt" in QT_MISSING:  # pyproject's qt_api is pytest-qt's setting: known, unused, not warned about
+        parser.addini("qt_api", "pytest-qt's Qt binding (pytest-qt is not installed here)")
+
+
+def _qt_reason(what: str) -> str:
+    return (f"{what}; not installed here: {', '.join(QT_MISSING)} "
+            f"(pip install -e '.[test]' brings them; the headless tests run without)")
+
+
+class _QtOptionalModule(pytest.Module):
+    """A test module that is skipped, not errored, when its import stops at a missing Qt package."""
+
+    def _getobj(self):
+        try:
+            return super()._getobj()
+        except self.CollectError as exc:
+            cause = exc.__cause__
+            missing = getattr(cause, "name", None) or ""
+            if isinstance(cause, ModuleNotFoundError) and missing.split(".")[0] in QT_MISSING:
+                pytest.skip(_qt_reason(f"{self.path.name} imports {missing}"), allow_module_level=True)
+            raise
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makemodule(module_path, parent):
+    if QT_MISSING and module_path.name.startswith("test_"):
+        return _QtOptionalModule.from_parent(parent, path=module_path)
+    return None
+
+
+def _skip_qt_tests(items) -> None:
+    for item in items:
+        wanted = QT_FIXTURES & set(getattr(item, "fixturenames", ()))
+        if wanted:
+            item.add_marker(pytest.mark.skip(reason=_qt_reason(f"uses the {', '.join(sorted(wanted))} fixture")))
+        elif item.get_closest_marker("qt") is not None:
+            item.add_marker(pytest.mark.skip(reason=_qt_reason("marked qt")))
+
 
 # A hung test ends the run within this many seconds, with every thread's stack printed, instead of
 # holding CI until its 90-minute limit (a deadlock between Qt's signal lock and the GIL did that
@@ -39,6 +110,17 @@ def pytest_runtest_protocol(item, nextitem):
         return (yield)
     finally:
         faulthandler.cancel_dump_traceback_later()
+
+@pytest.fixture
+def real_auto_device(monkeypatch):
+    """For a test of the "auto" rule itself: gptcore's default_device() as the library defines it,
+    also under GPT_EXPLORER_TEST_FAKE_ACCELERATOR (which otherwise makes "auto" the meta device)."""
+    from gptcore.io import loading
+
+    real = getattr(loading.default_device, "__wrapped__", loading.default_device)
+    monkeypatch.setattr(loading, "default_device", real)
+    return real
+
 
 @pytest.fixture(autouse=True)
 def _same_random_draws_every_run():
@@ -116,9 +198,13 @@ SLOW = {
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "slow: left out of the everyday loop (`pytest -m \"not slow\"`); "
                                        "see tests/conftest.py for the rule")
+    config.addinivalue_line("markers", "qt: needs Qt (PySide6, pyqtgraph, pytest-qt) beyond what the module "
+                                       "imports; skipped, with the reason, where they are not installed")
 
 
 def pytest_collection_modifyitems(config, items) -> None:
+    if QT_MISSING:
+        _skip_qt_tests(items)
     defined: dict[str, set[str]] = {}  # module -> the test functions it defines (whatever was selected)
     for item in items:
         module = item.nodeid.split("::", 1)[0]

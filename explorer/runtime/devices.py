@@ -6,11 +6,10 @@ its own: refuse up front, with the estimate, rather than let the allocator fail 
 """
 from __future__ import annotations
 
-import os
-
 import torch
 
 from gptcore.model.config import GPTConfig
+from gptcore.model.device_memory import free_bytes
 from gptcore.errors import UserError
 from gptcore.model.params import count_parameters, format_bytes
 
@@ -30,21 +29,10 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
 
 
 def available_memory(device: torch.device) -> int:
-    """Bytes free for new tensors on `device`: VRAM from the driver, RAM from /proc/meminfo."""
-    if device.type == "cuda":
-        free, _total = torch.cuda.mem_get_info(device)
-        return int(free)
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:  # other Unixes: free pages × page size (an underestimate, which is the safe side)
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 62  # unknown: do not refuse on a guess
+    """Bytes free for new tensors on `device` (gptcore's one answer: VRAM from the driver, RAM from
+    /proc/meminfo); when it cannot be told, a figure that refuses nothing (no refusal on a guess)."""
+    free = free_bytes(device)
+    return (1 << 62) if free is None else free
 
 
 def build_memory_estimate(cfg: GPTConfig) -> int:

@@ -103,9 +103,9 @@ def speed_key(config, device) -> str:
 
 
 def default_cache_path() -> Path:
-    import platformdirs
+    from gptcore.io.user_dirs import user_dir
 
-    return Path(platformdirs.user_cache_dir("gpt-explorer", appauthor=False)) / CACHE_FILE
+    return user_dir("cache", "gpt-explorer") / CACHE_FILE
 
 
 class SpeedCache:

@@ -19,6 +19,7 @@ TARGETS = {"information_flow": ("<=", 3.0)}
 
 def bench_flow(hf, ours, ids: torch.Tensor, runs: int, device, timed_pair: Callable) -> dict:
     """ids (1, T >= 2); the first FLOW_TOKENS of them are used on both sides."""
+    from gptcore.benches.timing import ops_launched
     from gptcore.interp.flow import information_flow
 
     ids = ids[:, :FLOW_TOKENS]  # (1, T)
@@ -35,6 +36,7 @@ def bench_flow(hf, ours, ids: torch.Tensor, runs: int, device, timed_pair: Calla
     ours_s, ref_s, ours_all, ref_all = timed_pair(run_ours, run_ref, runs, device)
     return dict(flow_ms_ours=1e3 * ours_s, flow_ms_ref=1e3 * ref_s, flow_ratio=ours_s / ref_s,
                 flow_tokens=int(ids.shape[1]), flow_sum_max_abs_err=float(np.abs(sums - 1).max()),
+                flow_ops_ours=ops_launched(run_ours), flow_ops_ref=ops_launched(run_ref),
                 flow_samples_ms_ours=[1e3 * s for s in ours_all], flow_samples_ms_ref=[1e3 * s for s in ref_all])
 
 
@@ -45,7 +47,9 @@ def table_rows(r: dict) -> list[tuple]:
 
 def table_notes(r: dict) -> list[str]:
     return [f"information_flow: {r['flow_tokens']} tokens, every attention part's share (routes, issue 29); "
-            f"reference = one HF forward with output_attentions; shares sum to 1 within {r['flow_sum_max_abs_err']:.1e}"]
+            f"reference = one HF forward with output_attentions; shares sum to 1 within {r['flow_sum_max_abs_err']:.1e}"
+            + (f"; operators run (kernel launches on a GPU) {r['flow_ops_ours']} vs HF's {r['flow_ops_ref']}"
+               if "flow_ops_ours" in r else "")]
 
 
 # -- routes at length (issue 34): flow_route's rows against the full definition ------------------------

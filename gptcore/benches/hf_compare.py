@@ -51,7 +51,7 @@ from gptcore.benches import patching as bench_patching
 from gptcore.benches import smollm2 as bench_smollm2
 from gptcore.benches.patching import TARGETS as PATCHING_TARGETS
 from gptcore.benches.smollm2 import TARGETS as SMOLLM2_TARGETS
-from gptcore.benches.timing import cpu_name, timed, timed_pair
+from gptcore.benches.timing import cpu_name, ops_launched, timed, timed_pair
 
 GPT2_SMALL = dict(vocab_size=50257, n_positions=1024, n_layer=12, n_head=12, n_embd=768)
 TINY = dict(vocab_size=1000, n_positions=128, n_layer=2, n_head=4, n_embd=64)
@@ -114,7 +114,8 @@ def bench_forward_capture(hf, ours, ids: torch.Tensor, plan: Plan, device) -> di
     ours_s, ref_s, ours_all, ref_all = timed_pair(run_ours, run_ref, plan.runs, device)
     return dict(forward_capture_ms_ours=1e3 * ours_s, forward_capture_ms_ref=1e3 * ref_s,
                 forward_capture_ratio=ours_s / ref_s, forward_capture_pattern_max_abs_diff=diff,
-                forward_capture_tensors=n_captured,
+                forward_capture_tensors=n_captured, forward_capture_ops_ours=ops_launched(run_ours),
+                forward_capture_ops_ref=ops_launched(run_ref),
                 forward_capture_samples_ms_ours=[1e3 * s for s in ours_all],
                 forward_capture_samples_ms_ref=[1e3 * s for s in ref_all])
 
@@ -227,6 +228,13 @@ def _meets(name: str, value: float) -> bool:
     return value <= target if op == "<=" else value >= target
 
 
+def _ops_note(r: dict, name: str) -> str:
+    """"; operators run … N vs HF's M" when the figures hold the counts (benches/timing.ops_launched)."""
+    if f"{name}_ops_ours" not in r:
+        return ""
+    return f"; operators run (kernel launches on a GPU) {r[f'{name}_ops_ours']} vs HF's {r[f'{name}_ops_ref']}"
+
+
 def format_table(r: dict) -> str:
     """The figures as a table (rows with their targets) and notes; `--decode` runs have the decode lines only."""
     rows = []
@@ -264,7 +272,7 @@ def format_table(r: dict) -> str:
     lines.append("")
     if "forward_capture_tensors" in r:
         lines.append(f"forward_capture: {r['forward_capture_tensors']} tensors captured; patterns match HF's to "
-                     f"{r['forward_capture_pattern_max_abs_diff']:.1e}")
+                     f"{r['forward_capture_pattern_max_abs_diff']:.1e}" + _ops_note(r, "forward_capture"))
     lines += bench_decode_mod.table_notes(r)
     if "recount_total_ours" in r:
         lines.append(f"recount: reference = build GPT2LMHeadModel(gpt2-xl) on the meta device and sum numel; "

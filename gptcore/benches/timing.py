@@ -87,3 +87,22 @@ def greedy_decode_pair(ours, hf, prompt: torch.Tensor, new_tokens: int):
         produced["ref"] = tokens[0, prompt.shape[1]:].tolist()
 
     return run_ours, run_ref, produced
+
+
+def ops_launched(fn: Callable[[], object]) -> int:
+    """The operators one call of `fn` runs that compute (views, which only describe memory, left out),
+    counted by torch's dispatcher: on a GPU each is a kernel launch, so where a forward is
+    launch-bound (small prompts) this count predicts the time, and it is the same on any machine."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not func.is_view:
+                Count.n += 1
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        fn()
+    return Count.n

@@ -31,6 +31,11 @@ RMSNorm and SwiGLU models need nothing special, and an ablation active on the mo
 
 Memory: the T × T × nh × C parts are never held at once: each layer is done while the forward
 passes it, in query blocks of at most CHUNK_ELEMENTS elements (32 MiB in float32).
+
+On a GPU nothing is read back per layer (issue 37: five waits per layer made routes at 32 tokens 3.3x
+a forward on an H200): the shares stay on the device and come to the CPU in one transfer at the end,
+unless they would take more than DEVICE_RESULT_BYTES there (long prompts: then per layer, as the
+work per layer dwarfs a wait). On the CPU the shares are written straight into the result's arrays.
 """
 from __future__ import annotations
 
@@ -40,12 +45,17 @@ import numpy as np
 import torch
 
 from gptcore.errors import UserError
+from gptcore.interp.probes.incremental import in_one_transfer
 from gptcore.interp.targets import Ids, as_ids
 
 FLOOR = 1e-5  # the floor of a raw share, as the paper's tool has it
 CHUNK_ELEMENTS = 1 << 23  # the (rows, sources, nh, C) differences materialised at once
 QUERY_BLOCKS = 8  # at least this many query blocks: block b reads sources 0..its last row, so the
 # causal triangle's empty half is mostly skipped (8 blocks compute 56 % of the T x T square)
+DEVICE_RESULT_BYTES = 256 << 20  # the (L, T, T, nh) shares kept on a GPU until the forward ends, at most
+# On a GPU a prompt of typing length is launch-bound, not compute-bound: one query block per layer (no
+# triangle skipping), and larger blocks within this many elements (256 MiB in float32) when it is long.
+DEVICE_CHUNK_ELEMENTS = 1 << 26
 
 
 class FlowError(UserError):
@@ -129,7 +139,7 @@ def shares_of_parts(pattern: torch.Tensor, u: torch.Tensor, resid_pre: torch.Ten
     C = u.shape[-1]
     whole_norm = resid_mid.abs().sum(-1)  # (n,)
     raw = torch.full((n, S, nh), FLOOR, dtype=torch.float32, device=pattern.device)  # (n, S, nh)
-    rows = max(1, min(CHUNK_ELEMENTS // (S * nh * C), -(-S // QUERY_BLOCKS)))  # >= 8 blocks: ~56 % of the square
+    rows = query_rows(S, nh * C, pattern.device)
     for r0 in range(0, n, rows):
         r1 = min(n, r0 + rows)
         s1 = start + r1  # sources up to the block's last target
@@ -138,11 +148,22 @@ def shares_of_parts(pattern: torch.Tensor, u: torch.Tensor, resid_pre: torch.Ten
         dist = diff.abs_().sum(-1)  # (r, s1, nh); 3-4x faster than vector_norm(ord=1) on CPU, same sums
         raw[r0:r1, :s1] = (whole_norm[r0:r1, None, None] - dist).clamp_min(FLOOR)
     future = torch.ones(n, S, dtype=torch.bool, device=raw.device).triu(1 + start)  # (n, S) source after target
-    raw[future] = FLOOR
-    raw[:, :, replaced] = FLOOR
+    # masked_fill, not raw[mask] = …: indexing by a mask reads it back to the host (a wait on a GPU)
+    raw.masked_fill_(future[:, :, None], FLOOR)
+    raw.masked_fill_(replaced, FLOOR)  # (nh,) over every (target, source)
     resid_raw = (whole_norm - (resid_mid - resid_pre).abs().sum(-1)).clamp_min(FLOOR)  # (n,)
     total = raw.sum(dim=(1, 2)) + resid_raw  # (n,)
     return raw / total[:, None, None], resid_raw / total
+
+
+def query_rows(S: int, per_source: int, device: torch.device) -> int:
+    """Target rows per query block. CPU: >= QUERY_BLOCKS blocks within CHUNK_ELEMENTS (block b reads
+    sources 0..its last row, so ~56 % of the square is computed). Elsewhere (launch-bound at typing
+    lengths): as few blocks as DEVICE_CHUNK_ELEMENTS allows. Every row's shares are the same numbers
+    whichever blocks they fall in."""
+    if _on_host(device):
+        return max(1, min(CHUNK_ELEMENTS // (S * per_source), -(-S // QUERY_BLOCKS)))
+    return max(1, DEVICE_CHUNK_ELEMENTS // (S * per_source))
 
 
 def two_part_shares(part: torch.Tensor, other: torch.Tensor, whole: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -171,8 +192,30 @@ class _FlowTaps:
         self.mlp = np.zeros((L, T), dtype=np.float32)
         self.mlp_residual = np.zeros((L, T), dtype=np.float32)
         self.replaced = np.zeros((L, nh), dtype=bool)
+        # Where the hooks write: these arrays themselves on the CPU; on another device, tensors there,
+        # brought over by finish() (the attention shares per layer instead, when too large to keep there).
+        device = model.device
+        self.here = _on_host(device)
+        keep_attn = self.here or self.attn.nbytes <= DEVICE_RESULT_BYTES
+        self.out = {name: torch.from_numpy(a) if self.here else torch.zeros(a.shape, dtype=torch.from_numpy(a).dtype,
+                                                                            device=device)
+                    for name, a in self._arrays().items() if name != "attn" or keep_attn}
         self.seen: dict[tuple[int, str], torch.Tensor] = {}
         self.handles = []
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        return {"attn": self.attn, "attn_residual": self.attn_residual, "mlp": self.mlp,
+                "mlp_residual": self.mlp_residual, "replaced": self.replaced}
+
+    def finish(self) -> None:
+        """The shares into the result's arrays: one transfer from the device (nothing to do on the CPU)."""
+        if self.here:
+            return
+        names = list(self.out)
+        got = in_one_transfer(*(self.out[name].float() for name in names))  # replaced: exact 0.0 / 1.0
+        arrays = self._arrays()
+        for name, tensor in zip(names, got):
+            arrays[name][...] = tensor.numpy() if name != "replaced" else tensor.numpy() > 0
 
     def attach(self) -> None:
         hd = self.model.hook_dict
@@ -206,7 +249,7 @@ class _FlowTaps:
     def _z_final(self, l: int):
         def compare(_module, _inputs, out):  # out (1, T, nh, hs)
             raw = self.seen.pop((l, "z_raw"))  # (T, nh, hs)
-            self.replaced[l] = (raw != out[0]).any(dim=2).any(dim=0).cpu().numpy()  # (nh,)
+            self.out["replaced"][l] = (raw != out[0]).any(dim=2).any(dim=0)  # (nh,)
 
         return compare
 
@@ -222,11 +265,14 @@ class _FlowTaps:
             pattern = self.seen.pop((l, "pattern")).float()  # (nh, n, T) the new rows
             mid = out[0].detach().float()  # (T, C)
             self.seen[l, "mid"] = mid
-            replaced = torch.as_tensor(self.replaced[l], device=mid.device)
+            replaced = self.out["replaced"][l]  # (nh,) on the device
             shares, resid = attention_shares(pattern, v, W_O, self.seen.pop((l, "resid_pre")).float(), mid, replaced,
                                              self.start)
-            self.attn[l, self.start:] = shares.cpu().numpy()
-            self.attn_residual[l, self.start:] = resid.cpu().numpy()
+            if "attn" in self.out:
+                self.out["attn"][l, self.start:] = shares
+            else:  # too large to keep on the device until the end
+                self.attn[l, self.start:] = shares.cpu().numpy()
+            self.out["attn_residual"][l, self.start:] = resid
 
         return done
 
@@ -234,10 +280,16 @@ class _FlowTaps:
         def done(_module, _inputs, out):  # out (1, T, C)
             mid = self.seen.pop((l, "mid"))
             m, r = two_part_shares(self.seen.pop((l, "mlp_out")).float(), mid, out[0].detach().float())
-            self.mlp[l, self.start:] = m.cpu().numpy()
-            self.mlp_residual[l, self.start:] = r.cpu().numpy()
+            self.out["mlp"][l, self.start:] = m
+            self.out["mlp_residual"][l, self.start:] = r
 
         return done
+
+
+def _on_host(device: torch.device) -> bool:
+    """Whether the taps write the shares straight into the result's (CPU) arrays; elsewhere they gather
+    on the device (one place, so a test can take that route on the CPU)."""
+    return device.type == "cpu"
 
 
 def tapped_forward(model, idx: torch.Tensor, start: int = 0, kv_cache=None, logits: bool = False):
@@ -249,6 +301,7 @@ def tapped_forward(model, idx: torch.Tensor, start: int = 0, kv_cache=None, logi
         out = model(idx, kv_cache=kv_cache, logits="all" if logits else None)  # (1, n, vocab) or None
     finally:
         taps.detach()
+    taps.finish()
     return taps, (out[0] if logits else None)
 
 

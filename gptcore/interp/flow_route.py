@@ -31,6 +31,7 @@ from gptcore.errors import Cancelled
 from gptcore.interp.flow import check_flow_model, check_prompt, shares_of_parts, two_part_shares, value_parts
 from gptcore.interp.flow_graph import (FlowGraph, check_position_threshold, mlp_edges, source_node,
                                        threshold_attention, threshold_mlp)
+from gptcore.interp.probes.incremental import in_one_transfer
 from gptcore.interp.targets import Ids
 
 
@@ -62,10 +63,16 @@ class _Keep:
         self.model, self.T = model, T
         L, nh = model.config.n_layer, model.config.n_head
         self.kept: dict[tuple[int, str], torch.Tensor] = {}
-        self.replaced = np.zeros((L, nh), dtype=bool)
-        self.mlp = np.zeros((L, T), dtype=np.float32)
-        self.mlp_residual = np.zeros((L, T), dtype=np.float32)
+        # Filled on the model's device by the hooks and read back once, after the forward (finish()):
+        # a read per layer would make the host wait for the device at every layer.
+        self._replaced = torch.zeros(L, nh, dtype=torch.bool, device=model.device)
+        self._mlp = torch.zeros(2, L, T, dtype=torch.float32, device=model.device)  # mlp, mlp_residual
         self.handles = []
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(replaced (L, nh), mlp (L, T), mlp_residual (L, T)) as numpy, in one read from the device."""
+        replaced, mlp = (t.numpy() for t in in_one_transfer(self._replaced.float(), self._mlp))
+        return replaced > 0, mlp[0], mlp[1]
 
     def attach(self) -> None:
         hd, rope = self.model.hook_dict, self.model.config.pos_embedding == "rope"
@@ -99,7 +106,7 @@ class _Keep:
     def _z_final(self, l: int):
         def compare(_module, _inputs, out):  # out (1, T, nh, hs)
             raw = self.kept.pop((l, "z_raw"))  # (T, nh, hs)
-            self.replaced[l] = (raw != out[0]).any(dim=2).any(dim=0).cpu().numpy()  # (nh,)
+            self._replaced[l] = (raw != out[0]).any(dim=2).any(dim=0)  # (nh,)
 
         return compare
 
@@ -109,7 +116,7 @@ class _Keep:
                 self.kept["final"] = out[0].detach()  # (T, C) the last residual, for predictions()
             mid = self.kept[l, "mid"].float()  # (T, C)
             m, r = two_part_shares(self.kept.pop((l, "mlp_out")).float(), mid, out[0].detach().float())
-            self.mlp[l], self.mlp_residual[l] = m.cpu().numpy(), r.cpu().numpy()
+            self._mlp[0, l], self._mlp[1, l] = m, r
 
         return done
 
@@ -132,8 +139,8 @@ class RouteState:
             model(idx, logits=None)
         finally:
             keep.detach()
-        self._kept, self.replaced = keep.kept, keep.replaced
-        self.mlp, self.mlp_residual = keep.mlp, keep.mlp_residual  # (L, T) every row: cheap
+        self._kept = keep.kept
+        self.replaced, self.mlp, self.mlp_residual = keep.finish()  # (L, nh), (L, T) every row: cheap
         self._rows: dict[tuple[int, int], tuple[np.ndarray, float]] = {}  # (layer, i) -> ((T, nh), residual)
 
     @property
@@ -178,11 +185,16 @@ class RouteState:
         pre, mid = kept[l, "pre"].float(), kept[l, "mid"].float()  # (T, C) each
         replaced = torch.as_tensor(self.replaced[l], device=mid.device)  # (nh,)
         pad = torch.zeros(self.nh, 1, self.T, dtype=torch.float32, device=mid.device)  # (nh, 1, T)
+        shares = torch.empty(len(rows), self.T, self.nh, dtype=torch.float32, device=mid.device)  # (r, T, nh)
+        resid = torch.empty(len(rows), dtype=torch.float32, device=mid.device)  # (r,)
         for k, i in enumerate(rows):
             pad.zero_()
             pad[:, 0, :S] = pattern[:, k]
-            shares, resid = shares_of_parts(pad, u, pre[i:i + 1], mid[i:i + 1], replaced, start=i)  # (1, T, nh), (1,)
-            self._rows[l, i] = (shares[0].cpu().numpy(), float(resid[0]))
+            row, res = shares_of_parts(pad, u, pre[i:i + 1], mid[i:i + 1], replaced, start=i)  # (1, T, nh), (1,)
+            shares[k], resid[k] = row[0], res[0]
+        shares, resid = shares.cpu().numpy(), resid.cpu().tolist()  # one read for all the rows, not one per row
+        for k, i in enumerate(rows):
+            self._rows[l, i] = (shares[k], resid[k])
 
     def _pattern_rows(self, l: int, rows: list[int], S: int) -> torch.Tensor:
         """(nh, r, S) the pattern rows: kept, or softmax(q_i · k / sqrt(hs)) over sources 0..i, as

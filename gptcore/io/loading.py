@@ -5,7 +5,11 @@ Fast: the module is built on the meta device (no init spent on weights that are 
 the file is memory-mapped. A safetensors file loaded in its own dtype on the CPU is used in place,
 without any copy (HF's Conv1D matrices become transposed views, which F.linear reads at full speed),
 as transformers' from_pretrained does. Otherwise each tensor is copied exactly once, straight into
-the requested dtype on the requested device (a bf16 GPU load never holds an fp32 copy). Torch
+the requested dtype on the requested device (a bf16 GPU load never holds an fp32 copy of the model).
+Onto a GPU the file's bytes cross as they lie, one contiguous copy per tensor, and the Conv1D
+transpose and the dtype cast run on the device: no transposed or cast copy is made on the CPU first
+(that CPU pass was most of a GPU load's time, issue 37). A model the device has no room for is
+refused before anything is copied, with both sizes named. Torch
 pickles (ckpt.pt, pytorch_model.bin) are always copied: training scripts rewrite them in place,
 which would change, or crash, a model still mapped onto the file.
 Safe: see checkpoints.py (no code runs from a file). Honest: every problem is a LoadError naming
@@ -30,9 +34,11 @@ from gptcore.io.head_count import HeadCountNeeded
 from gptcore.io.folder_tokenizer import load_tokenizer as _load_chosen_tokenizer
 from gptcore.io.hub import HUB_IDS, is_hub_cached
 from gptcore.io.layouts import RawCheckpoint, is_conv1d, read_source
+from gptcore.model.device_memory import free_bytes
 from gptcore.model.gpt import GPT
-from gptcore.io.nonfinite import BackgroundScreen, count_non_finite, may_hold_non_finite, non_finite_error
-from gptcore.model.params import dtype_bytes, format_bytes, format_count
+from gptcore.io.nonfinite import (BackgroundScreen, count_non_finite, may_hold_non_finite, non_finite_error,
+                                  non_finite_flag)
+from gptcore.model.params import count_parameters, dtype_bytes, format_bytes, format_count
 
 __all__ = [
     "HUB_IDS", "LoadCancelled", "LoadError", "LoadInfo", "default_device", "is_hub_cached", "load",
@@ -177,6 +183,7 @@ def load(source, *, device=None, dtype=None, progress: ProgressFn | None = None,
     if raw.heads == "guessed" and not guess_heads:
         raise HeadCountNeeded(raw.path, raw.config.n_embd)
     _check_cancel(cancel)
+    check_room(raw, target_device, target_dtype)
     model = _build(raw, target_device, target_dtype, progress, cancel)
     tokenizer = choose_tokenizer(raw.path, raw.config.vocab_size, nanogpt=raw.format == "nanoGPT ckpt",
                                  dataset=raw.dataset, meta=None if meta is None else Path(meta))
@@ -226,6 +233,27 @@ def _build(raw: RawCheckpoint, device: torch.device, dtype: torch.dtype, progres
     return model.eval()
 
 
+def check_room(raw: RawCheckpoint, device: torch.device, dtype: torch.dtype) -> None:
+    """Refuse, before a byte is copied, a model that `device` has no room for, naming both sizes. What a
+    load needs there: the weights in `dtype` (a tied head once) plus the largest tensor in transit in the
+    file's dtype. The CPU is not checked: a mapped file is the operating system's to page."""
+    if device.type == "cpu":
+        return
+    free = free_bytes(device)
+    if free is None:
+        return
+    count = count_parameters(raw.config)
+    name = DTYPE_NAMES[dtype]
+    in_transit = max((t.numel() * t.element_size() for t in raw.state.values()), default=0)
+    need = count.memory_bytes(name) + in_transit
+    if need > free:
+        smaller = "" if name != "fp32" else ", in bf16 or fp16 (half the memory)"
+        raise LoadError(f"{raw.path}: this model needs about {format_bytes(need)} on {device} ({count.total:,} "
+                        f"parameters in {name}, plus one tensor in transit) but only {format_bytes(free)} is free "
+                        f"there; load it on the CPU (device cpu){smaller}, or free the GPU's memory (another "
+                        f"model or program holding it)")
+
+
 def _usable_in_place(raw: RawCheckpoint, t: torch.Tensor, device: torch.device, dtype: torch.dtype) -> bool:
     return not raw.detach and t.is_floating_point() and t.dtype == dtype and t.device == device
 
@@ -237,7 +265,7 @@ def _take_weights(raw: RawCheckpoint, ours: dict, names: list[str], device, dtyp
     refused, naming the tensors, before a model exists (`screen` has looked at the in-place ones)."""
     itemsize = dtype_bytes(dtype)
     total = sum(ours[k].numel() for k in names) * itemsize
-    done, out, bad = 0, {}, []
+    done, out, suspects, flags = 0, {}, [], {}
     for key in names:
         _check_cancel(cancel)
         src = ours[key]
@@ -245,19 +273,62 @@ def _take_weights(raw: RawCheckpoint, ours: dict, names: list[str], device, dtyp
             raise LoadError(f"{raw.path}: tensor {key} holds {src.dtype}, not floating-point weights; "
                             f"the file is damaged or not a GPT-2 checkpoint")
         if key in screen:
-            dst, suspect = src, screen.result(key)
+            dst = src
+            if screen.result(key):
+                suspects.append(key)
         else:
-            dst = torch.empty(src.shape, dtype=dtype, device=device)
-            dst.copy_(src)  # one pass: dtype cast, Conv1D transpose and host->device together
-            suspect = may_hold_non_finite(dst)
-        if suspect:
-            n_bad = count_non_finite(dst)
-            if n_bad:
-                bad.append((key, n_bad, dst.numel(), bool(torch.isfinite(src).all())))
+            dst = copy_onto(src, dtype, device)
+            if _accelerator(device):  # read back below, all in one transfer: one wait, not one per tensor
+                flags[key] = non_finite_flag(dst)
+            elif may_hold_non_finite(dst):
+                suspects.append(key)
         out[key] = dst
         done += dst.numel() * itemsize
         if progress is not None:
             progress(done, total, "loading weights")
+    if flags:
+        found = torch.stack(list(flags.values())).cpu().tolist()  # (n,) the one host synchronisation
+        suspects += [key for key, flagged in zip(flags, found) if flagged]
+    bad, order = [], {key: i for i, key in enumerate(names)}
+    for key in sorted(suspects, key=order.__getitem__):
+        n_bad = count_non_finite(out[key])
+        if n_bad:
+            bad.append((key, n_bad, out[key].numel(), bool(torch.isfinite(ours[key]).all())))
     if bad:
         raise non_finite_error(raw.path, bad, DTYPE_NAMES[dtype])
     return out
+
+
+def copy_onto(src: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """`src` (a tensor as the file holds it, maybe a transposed view) as a new contiguous tensor in
+    `dtype` on `device`, the same numbers either way."""
+    if _accelerator(device):
+        return staged_copy(src, dtype, device)
+    dst = torch.empty(src.shape, dtype=dtype, device=device)
+    dst.copy_(src)  # one pass: dtype cast and Conv1D transpose together
+    return dst
+
+
+def _accelerator(device: torch.device) -> bool:
+    """Whether weights cross to another memory (a GPU's) on their way into the model: then they are
+    staged (staged_copy) and screened on the device. One place, so a test can take that route on the CPU."""
+    return device.type != "cpu"
+
+
+def staged_copy(src: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Onto an accelerator: the tensor's bytes cross in storage order (one contiguous host->device copy
+    of the file's numbers, in the file's dtype), then the Conv1D transpose and the cast run on the
+    device. copy_ from a transposed CPU view would first make a transposed copy on the CPU. Written
+    for any device, so the CPU can test it against copy_ (tests/gptcore/test_loading_device.py)."""
+    flipped = src.dim() == 2 and not src.is_contiguous() and src.t().is_contiguous()  # a Conv1D view
+    stored = src.t() if flipped else src
+    if not stored.is_contiguous():  # some other view: copy_ handles it, as before
+        dst = torch.empty(src.shape, dtype=dtype, device=device)
+        dst.copy_(src)
+        return dst
+    moved = stored.to(device, copy=True)  # storage order, the file's dtype
+    if not flipped and moved.dtype == dtype:
+        return moved
+    dst = torch.empty(src.shape, dtype=dtype, device=device)
+    dst.copy_(moved.t() if flipped else moved)  # transpose and cast, on the device
+    return dst

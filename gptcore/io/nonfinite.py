@@ -36,6 +36,13 @@ def may_hold_non_finite(t: torch.Tensor) -> bool:
     return not bool(torch.isfinite(t.sum()))
 
 
+def non_finite_flag(t: torch.Tensor) -> torch.Tensor:
+    """`may_hold_non_finite` for a tensor on an accelerator, left there: a 0-dim bool tensor, True when
+    the sum is not finite. A loader stacks them and reads them back once (a read per tensor would
+    wait for the device ~150 times)."""
+    return ~torch.isfinite(t.sum())
+
+
 def count_non_finite(t: torch.Tensor) -> int:
     return int((~torch.isfinite(t)).sum())
 

@@ -9,7 +9,6 @@ them at once instead of leaving the others waiting for a peer that has exited.
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
 from gptcore.model.config import GPTConfig
@@ -179,8 +178,11 @@ def _preset(name: str, given: set):
 def _pick_device(asked: str | None, world_size: int, local_rank: int) -> str:
     import torch
 
-    if asked is None:
-        asked = "cuda" if torch.cuda.is_available() else "cpu"
+    from gptcore.io.loading import default_device
+
+    if asked is None:  # the library's one "auto" rule; a run is not started on Apple's MPS unasked
+        best = default_device()
+        asked = "cpu" if best.type == "mps" else str(best)
     if asked.startswith("cuda"):
         if not torch.cuda.is_available():
             raise UsageError(f"--device={asked}: torch sees no CUDA GPU here; use --device=cpu")
@@ -212,21 +214,9 @@ def training_memory(model: GPTConfig, train: TrainConfig, n_schemes: int) -> int
 
 def free_memory(device: str) -> int | None:
     """Bytes free on `device` now, or None when it cannot be told."""
-    if device.startswith("cuda"):
-        import torch
+    from gptcore.model.device_memory import free_bytes
 
-        return int(torch.cuda.mem_get_info(torch.device(device))[0])
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+    return free_bytes(device)
 
 
 def check_fits(model: GPTConfig, train: TrainConfig, n_schemes: int, device: str) -> int:

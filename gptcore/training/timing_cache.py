@@ -2,7 +2,7 @@
 float32 (autocast_choice.py), torch's fused AdamW or its plain one (adamw_choice.py).
 
 Why one helper: both decisions are measured once per machine (CPU model, torch version, threads)
-and model shape, kept in a JSON file in the user's cache folder (platformdirs), and read back at
+and model shape, kept in a JSON file in the user's cache folder (io/user_dirs.py), and read back at
 the next run; a damaged or foreign file must count as empty and a file that cannot be written must
 cost a re-measurement, nothing else. The layout: {"version": n, "machines": {machine: {shape: {…}}}}.
 """
@@ -13,10 +13,10 @@ from pathlib import Path
 
 
 def cache_file(name: str) -> Path:
-    """`name` in gptcore's user cache folder."""
-    import platformdirs
+    """`name` in gptcore's user cache folder (platformdirs' answer, or its XDG fallback: io/user_dirs.py)."""
+    from gptcore.io.user_dirs import user_dir
 
-    return Path(platformdirs.user_cache_dir("gptcore", appauthor=False)) / name
+    return user_dir("cache", "gptcore") / name
 
 
 def read_entries(path: Path, version: int, fields: tuple[str, ...]) -> dict:

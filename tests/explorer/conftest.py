@@ -4,6 +4,9 @@
 test that leaves background work running, an active QTimer owned by one of our objects,
 or a visible top-level window: those are exactly the things that make a desktop app hang
 on quit or slowly eat memory, and they are invisible unless a test looks.
+
+This file imports no Qt at module level: without Qt (a GPU machine's image) the headless tests
+here still run, and the rest are skipped with the reason (tests/conftest.py's Qt guard).
 """
 from __future__ import annotations
 
@@ -17,7 +20,6 @@ os.environ.setdefault("GPT_EXPLORER_STRICT_TASKS", "1")  # a task holding a Qt o
 
 import pytest  # noqa: E402
 
-from explorer.controllers.context import PanelContext  # noqa: E402
 from explorer.session.core import Session  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,8 +56,10 @@ def runner(qapp):
 
 
 @pytest.fixture
-def panel_context(tiny_session, runner) -> PanelContext:
+def panel_context(tiny_session, runner):
     """What a panel factory receives, without a main window (ctx.window is None)."""
+    from explorer.controllers.context import PanelContext
+
     return PanelContext(session=tiny_session, runner=runner, window=None, prompt=None)
 
 
@@ -102,10 +106,13 @@ def hf_checkpoint(tmp_path):
 @pytest.fixture
 def run_screenshot():
     """Runs the real entry point, `python -m explorer --screenshot OUT --panel P --size WxH ARGS…`,
-    offscreen and offline from the checkout; extra keywords are environment variables."""
+    offscreen and offline from the checkout; extra keywords are environment variables. On the CPU
+    unless ARGS name a --device: "auto" would be the GPU where there is one (issue 37)."""
     def run(out, panel: str, size: str, *args: str, timeout: int = 240, **env) -> subprocess.CompletedProcess:
+        device = () if "--device" in args else ("--device", "cpu")
         return subprocess.run(
-            [sys.executable, "-m", "explorer", "--screenshot", str(out), "--panel", panel, "--size", size, *args],
+            [sys.executable, "-m", "explorer", "--screenshot", str(out), "--panel", panel, "--size", size, *args,
+             *device],
             capture_output=True, text=True, timeout=timeout, cwd=ROOT,
             env=dict(os.environ, QT_QPA_PLATFORM="offscreen", HF_HUB_OFFLINE="1", **env))
 

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -21,6 +23,7 @@ def _bench(*args) -> list[dict]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.qt  # explorer.benches.live drives the window
 def test_the_bench_types_past_block_size_with_slack_and_without():
     (slack,) = _bench("--tokens", "200")  # the tiny model's block is 128: slack step 16
     assert slack["tokens"] > 128 > slack["window"] > 128 - 16

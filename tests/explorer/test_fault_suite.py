@@ -337,7 +337,7 @@ def poll():
     wait_busy()
 
 QTimer.singleShot(0, poll)
-sys.exit(explorer_app.main([]))
+sys.exit(explorer_app.main(["--device", "cpu"]))
 '''
 
 
@@ -514,13 +514,16 @@ def test_fault_model_swap_during_residual_sweep_draws_the_new_models_curve(qtbot
 
 # --- not on the list: --device cuda on a machine without a GPU -------------------------------------------
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
-def test_fault_device_cuda_without_a_gpu(tiny_session, tmp_path):
+def test_fault_device_cuda_without_a_gpu(tiny_session, tmp_path, monkeypatch):
+    """On every machine: torch is told there is no GPU (in this process by replacing its answer, in
+    the app's by hiding every GPU with CUDA_VISIBLE_DEVICES)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     before = tiny_session.model
     with pytest.raises(ValueError, match="CUDA was requested but is not available.*use --device cpu"):
         tiny_session.load(str(tmp_path / "whatever"), device="cuda")
     assert tiny_session.model is before
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", HF_HUB_OFFLINE="1", XDG_STATE_HOME=str(tmp_path / "state"))
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", HF_HUB_OFFLINE="1", XDG_STATE_HOME=str(tmp_path / "state"),
+               CUDA_VISIBLE_DEVICES="")
     done = subprocess.run([sys.executable, "-m", "explorer", "--device", "cuda"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == 2

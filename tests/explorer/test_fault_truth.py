@@ -55,7 +55,7 @@ def test_weights_nobody_trained_are_loaded_not_trained(qtbot, window, hf_checkpo
 
 def test_model_without_tokenizer_reads_token_ids_and_says_why(qtbot, runner, tmp_path, hf_checkpoint):
     folder = hf_checkpoint(vocab_size=300)  # smaller than GPT-2's: its ids are its own
-    session = Session()
+    session = Session(device="cpu")  # named: "auto" is the GPU where there is one
     session.load(str(folder))
     assert "token ids are shown" in session.info.tokenizer
     window = MainWindow(session, runner, settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))

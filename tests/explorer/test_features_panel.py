@@ -137,6 +137,7 @@ def test_an_sae_trained_on_a_runs_step_walks_the_kept_steps_and_charts_the_featu
     assert view.source.train.isEnabled() and not view.source.cancel.isEnabled() and view.source.progress_row.isHidden()
 
 
+@pytest.mark.qt  # the controller imports Qt
 def test_a_features_token_history_names_each_change_with_its_step():
     import types
 

@@ -84,8 +84,8 @@ def _run_app(args, tmp_path):
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"),
                XDG_CONFIG_HOME=str(tmp_path / "config"), XDG_STATE_HOME=str(tmp_path / "state"),
                XDG_DATA_HOME=str(tmp_path / "data"), XDG_CACHE_HOME=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "explorer", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=240)
+    return subprocess.run([sys.executable, "-m", "explorer", *args, "--device", "cpu"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=240)
 
 
 def test_screenshot_mode_needs_n_head_and_uses_it(tmp_path):

@@ -134,6 +134,7 @@ def test_the_app_exits_2_with_our_message_before_qt_starts(tmp_path):
     assert "Could not load the Qt platform plugin" not in done.stderr
 
 
+@pytest.mark.qt  # the app runs to its end
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the xcb plugin is Linux's")
 def test_screenshot_and_offscreen_runs_are_not_checked(tmp_path):
     """--exit-after-paint goes offscreen by itself: the window paints although every xcb library

@@ -17,6 +17,8 @@ import pytest
 
 from explorer.app import QUIT_WAIT_MS
 
+pytestmark = pytest.mark.qt  # every test starts the app (or its window) in a process of its own
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -37,7 +39,8 @@ def test_screenshot_mode_writes_the_config_panel_png(tmp_path):
     from PySide6.QtGui import QImage
 
     out = tmp_path / "config.png"
-    done = _run(["-m", "explorer", "--screenshot", str(out), "--panel", "config", "--size", "1000x700"], tmp_path)
+    done = _run(["-m", "explorer", "--screenshot", str(out), "--panel", "config", "--size", "1000x700",
+                 "--device", "cpu"], tmp_path)  # named: "auto" is the GPU where there is one
     assert done.returncode == 0, done.stderr
     assert out.stat().st_size > 10_000
     image = QImage(str(out))
@@ -51,7 +54,8 @@ def test_screenshot_mode_writes_the_config_panel_png(tmp_path):
 
 def test_screenshot_mode_fails_cleanly_for_a_missing_model(tmp_path):
     out = tmp_path / "never.png"
-    done = _run(["-m", "explorer", "--screenshot", str(out), "--model", str(tmp_path / "no-such-model")], tmp_path)
+    done = _run(["-m", "explorer", "--screenshot", str(out), "--model", str(tmp_path / "no-such-model"),
+                 "--device", "cpu"], tmp_path)
     assert done.returncode != 0
     assert "no-such-model" in done.stderr and "Traceback" not in done.stderr
     assert not out.exists()
@@ -111,7 +115,7 @@ DRIVER = textwrap.dedent('''
         QTimer.singleShot(100, lambda: close(w))
 
     QTimer.singleShot(0, poll)
-    sys.exit(explorer_app.main([]))
+    sys.exit(explorer_app.main(["--device", "cpu"]))  # its ids are CPU tensors
 ''')
 
 

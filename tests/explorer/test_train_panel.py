@@ -117,7 +117,7 @@ def test_a_run_started_in_the_panel_is_followed_scrubbed_into_every_panel_and_st
     assert (tmp_path / "hf" / "model.safetensors").is_file()
     from gptcore.io.loading import load
 
-    model, info = load(str(tmp_path / "hf"))
+    model, info = load(str(tmp_path / "hf"), device="cpu")
     assert model.config.n_head == 4 and info.tokenizer.kind == "char"
 
 

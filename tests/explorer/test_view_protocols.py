@@ -150,6 +150,7 @@ def test_controllers_use_only_what_their_view_protocol_declares(module):
                        f"declare it, rather than reaching into its widgets")
 
 
+@pytest.mark.qt  # imports the controllers
 @pytest.mark.parametrize("module", sorted(VIEW_PROTOCOLS))
 def test_every_controller_is_typed_against_its_view_protocol(module):
     """`class XController(PanelController[XView])`: the protocol is the controller's type for its view."""
@@ -164,6 +165,7 @@ def test_every_controller_is_typed_against_its_view_protocol(module):
         assert args == [(VIEW_PROTOCOLS[module],)], f"{cls.__name__} is not PanelController[{VIEW_PROTOCOLS[module].__name__}]"
 
 
+@pytest.mark.qt  # imports the views
 @pytest.mark.parametrize("module", sorted(VIEW_PROTOCOLS))
 def test_every_view_offers_its_whole_protocol(module):
     controller = next(spec for spec in PANELS if spec.name == module).controller_class()

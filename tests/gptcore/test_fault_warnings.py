@@ -17,7 +17,8 @@ import warnings
 
 import pytest
 
-OURS = ["gptcore", "gptcore.io.loading", "gptcore.interp.probes.attention", "explorer.session.core", "explorer.controllers.attention"]
+OURS = ["gptcore", "gptcore.io.loading", "gptcore.interp.probes.attention", "explorer.session.core",
+        pytest.param("explorer.controllers.attention", marks=pytest.mark.qt)]  # a controller imports Qt
 
 
 def warn_from(module_name: str, category: type[Warning]) -> None:

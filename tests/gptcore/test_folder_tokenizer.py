@@ -61,7 +61,7 @@ def test_a_folders_byte_level_tokenizer_json_is_the_models_tokenizer(tmp_path):
     tok = byte_level_bpe()
     folder = gpt2_folder(tmp_path / "model", tok.get_vocab_size())
     tok.save(str(folder / "tokenizer.json"))
-    model, info = load(folder)
+    model, info = load(folder, device="cpu")
     assert info.tokenizer.kind == "folder" and info.tokenizer.path == str(folder / "tokenizer.json")
     ours, why = load_tokenizer(info)
     assert isinstance(ours, FolderTokenizer) and "own tokenizer.json" in why
@@ -82,7 +82,7 @@ def test_a_sentencepiece_style_tokenizer_with_its_config_and_byte_fallback(tmp_p
     transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
                                          unk_token="<unk>").save_pretrained(folder)
     assert (folder / "tokenizer_config.json").is_file()
-    _, info = load(folder)
+    _, info = load(folder, device="cpu")
     ours, _ = load_tokenizer(info)
     for text in TEXTS[:3]:
         ids = ours.encode(text)
@@ -95,7 +95,7 @@ def test_a_sentencepiece_style_tokenizer_with_its_config_and_byte_fallback(tmp_p
 
 def test_a_gpt2_folder_without_a_tokenizer_keeps_gpt2s_offline_bpe(tmp_path):
     folder = gpt2_folder(tmp_path / "model", 50257)
-    _, info = load(folder)
+    _, info = load(folder, device="cpu")
     assert info.tokenizer.kind == "gpt2"
     ours, _ = load_tokenizer(info)
     assert isinstance(ours, GPT2Tokenizer) and ours.encode("Every effort moves you") == [6109, 3626, 6100, 345]
@@ -113,7 +113,7 @@ def test_a_gpt2_folder_shipping_gpt2s_own_tokenizer_json_uses_the_offline_copy(t
     gpt2.add_special_tokens(["<|endoftext|>"])
     folder = gpt2_folder(tmp_path / "finetuned", 50257)
     gpt2.save(str(folder / "tokenizer.json"))
-    _, info = load(folder)
+    _, info = load(folder, device="cpu")
     assert info.tokenizer.kind == "gpt2" and "GPT-2's own BPE" in info.tokenizer.reason
     ours, _ = load_tokenizer(info)
     for text in TEXTS:
@@ -126,7 +126,7 @@ def test_a_gpt2_folder_shipping_gpt2s_own_tokenizer_json_uses_the_offline_copy(t
 
 def test_a_small_vocabulary_without_its_tokenizer_gets_none_and_the_reason(tmp_path):
     folder = gpt2_folder(tmp_path / "model", 1000)
-    _, info = load(folder)
+    _, info = load(folder, device="cpu")
     ours, why = load_tokenizer(info)
     assert ours is None and info.tokenizer.kind == "none" and any(why in w for w in info.warnings)
     assert "vocab_size 1,000 is smaller than GPT-2's 50,257" in why and "token ids are shown" in why
@@ -140,7 +140,7 @@ def test_a_char_level_nanogpt_names_its_unusable_meta_pkl(tmp_path):
     args = dict(n_layer=1, n_head=2, n_embd=32, block_size=32, bias=True, vocab_size=65, dropout=0.0)
     torch.save({"model": state, "model_args": args, "iter_num": 5000}, tmp_path / "ckpt.pt")
     (tmp_path / "meta.pkl").write_bytes(b"\x80\x04N.")  # a pickle of None: read safely, not a vocabulary
-    _, info = load(tmp_path / "ckpt.pt")
+    _, info = load(tmp_path / "ckpt.pt", device="cpu")
     assert info.tokenizer.kind == "none" and info.tokenizer.wants == "meta.pkl"  # found, read, unusable
     ours, why = load_tokenizer(info)
     assert ours is None and "meta.pkl holds a NoneType" in why and "token ids are shown" in why

@@ -58,7 +58,7 @@ def test_nanogpt_checkpoint_loads_with_exact_gelu(tmp_path):
     oracle = _trained_like_oracle()
     torch.save({"model": oracle.state_dict(), "model_args": ARGS, "iter_num": 2000, "best_val_loss": 1.42,
                 "config": {}}, tmp_path / "ckpt.pt")
-    model, info = load(tmp_path / "ckpt.pt")
+    model, info = load(tmp_path / "ckpt.pt", device="cpu")
     assert info.config.activation == "gelu" and "GELU (exact)" in info.describe()["parts"]
     idx = torch.randint(23, (3, 16), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
@@ -81,7 +81,7 @@ def test_hf_config_asking_for_exact_gelu_gets_it(tmp_path):
         for block in hf.transformer.h:
             block.mlp.c_fc.weight.mul_(8.0)  # MLP inputs where erf and tanh GELU differ
     hf.save_pretrained(tmp_path / "hf")
-    model, info = load(tmp_path / "hf")
+    model, info = load(tmp_path / "hf", device="cpu")
     assert info.config.activation == "gelu" and not any("activation" in w for w in info.warnings)
     idx = torch.randint(101, (2, 12), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():

@@ -53,7 +53,7 @@ def test_choices_are_the_divisors_of_the_width_likeliest_first():
 
 def test_the_app_is_asked_instead_of_a_guess(book_file):
     with pytest.raises(HeadCountNeeded) as raised:
-        load(book_file)  # gptcore.load's default: never a guess (issue 27)
+        load(book_file, device="cpu")  # gptcore.load's default: never a guess (issue 27)
     exc = raised.value
     assert exc.n_embd == WIDTH and 4 in exc.choices and exc.choices == head_count_choices(WIDTH)
     message = str(exc)
@@ -62,10 +62,10 @@ def test_the_app_is_asked_instead_of_a_guess(book_file):
 
 
 def test_a_given_count_is_used_and_said_to_be_given(book_file):
-    model, info = load(book_file, n_head=4, guess_heads=False)
+    model, info = load(book_file, n_head=4, guess_heads=False, device="cpu")
     assert model.config.n_head == 4 and info.heads == "given"
     assert "4 heads (given by the user" in info.describe()["shape"]
-    one, guessed = load(book_file, guess_heads=True)  # only on request: a guess, said as such
+    one, guessed = load(book_file, guess_heads=True, device="cpu")  # only on request: a guess, said as such
     assert guessed.heads == "guessed" and one.config.n_head != 4
     assert any("head count not stored" in w for w in guessed.warnings)
     assert "guessed" in guessed.describe()["shape"]
@@ -77,7 +77,7 @@ def test_a_given_count_is_used_and_said_to_be_given(book_file):
 def test_files_that_record_the_count_are_unchanged(tmp_path):
     (tmp_path / "config.json").write_text('{"n_heads": 4}')  # the book's own key, next to the weights
     torch.save(book_state(), tmp_path / "model.pth")
-    model, info = load(tmp_path / "model.pth", guess_heads=False)
+    model, info = load(tmp_path / "model.pth", guess_heads=False, device="cpu")
     assert model.config.n_head == 4 and info.heads == "file" and "given" not in info.describe()["shape"]
 
 

@@ -126,7 +126,7 @@ def test_generation_past_the_context_rebuilds_rotary_positions(tmp_path):
         for p in hf.parameters():
             p.normal_(0, 0.2)
     hf.save_pretrained(tmp_path)
-    ours, _ = load(tmp_path)
+    ours, _ = load(tmp_path, device="cpu")
     block, shift, prompt = 12, 5, [3, 9, 27, 81]
     steps = list(generate(ours, prompt, max_new_tokens=25, temperature=0, window_shift=shift))
     history = prompt + [s.token for s in steps]
@@ -184,7 +184,7 @@ REFUSED = [
 def test_settings_not_implemented_exactly_are_refused_by_name(tmp_path, overrides, words):
     folder = _saved_llama(tmp_path, **overrides)
     with pytest.raises(LoadError) as raised:
-        load(folder)
+        load(folder, device="cpu")
     for word in words:
         assert word in str(raised.value), (word, str(raised.value))
 
@@ -197,7 +197,7 @@ def test_missing_projection_is_named(tmp_path):
     del state["model.layers.1.self_attn.k_proj.weight"]
     save_file(state, folder / "model.safetensors")
     with pytest.raises(LoadError) as raised:
-        load(folder)
+        load(folder, device="cpu")
     message = str(raised.value)
     assert "missing keys: blocks.1.attn.c_attn.weight" in message
     assert "model.layers.1.self_attn.q_proj.weight" in message  # its orphaned siblings are named too

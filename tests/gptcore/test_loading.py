@@ -14,7 +14,7 @@ from gptcore.__main__ import main as cli_main
 from gptcore.io.checkpoints import LoadCancelled, LoadError
 from gptcore.io.head_count import HeadCountNeeded
 from gptcore.io.hub import HUB_IDS, cached_snapshot
-from gptcore.io.loading import LoadInfo, default_device, is_hub_cached, load, resolve_device, resolve_dtype
+from gptcore.io.loading import LoadInfo, is_hub_cached, load, resolve_device, resolve_dtype
 from gptcore.model.gpt import GPT
 from gptcore.model.params import count_parameters
 
@@ -87,7 +87,7 @@ def test_hf_folder_safetensors_matches_transformers(hf_tiny, tokens, tmp_path):
 def test_sharded_safetensors_folder(hf_tiny, tokens, tmp_path):
     hf_tiny.save_pretrained(tmp_path / "sharded", max_shard_size="60KB")
     assert len(list((tmp_path / "sharded").glob("model-*.safetensors"))) > 2
-    model, info = load(tmp_path / "sharded")
+    model, info = load(tmp_path / "sharded", device="cpu")
     assert info.format == "sharded safetensors"
     assert_same_logits(model, hf_tiny, tokens)
 
@@ -101,7 +101,7 @@ def test_pytorch_model_bin_folder_with_untied_head(tokens, tmp_path):
     folder.mkdir()
     hf.config.to_json_file(folder / "config.json")
     torch.save(hf.state_dict(), folder / "pytorch_model.bin")
-    model, info = load(folder)
+    model, info = load(folder, device="cpu")
     assert info.format == "pytorch_model.bin" and not info.tied
     assert model.unembed.weight is not model.embed.weight
     assert_same_logits(model, hf, tokens)
@@ -118,7 +118,7 @@ def test_nanogpt_checkpoint(hf_tiny, tokens, tmp_path):
     out.mkdir()
     torch.save(ckpt, out / "ckpt.pt")
     for source in (out / "ckpt.pt", out):  # the file, or nanoGPT's out_dir
-        model, info = load(source)
+        model, info = load(source, device="cpu")
         assert info.format == "nanoGPT ckpt" and info.name == "out-run/ckpt.pt" and info.tied
         assert_same_logits(model, hf_tiny, tokens)
 
@@ -128,7 +128,7 @@ def test_model_from_ckpt_pt_survives_the_file_being_rewritten(hf_tiny, tokens, t
     args = dict(n_layer=2, n_head=4, n_embd=64, block_size=32, bias=True, vocab_size=500)
     path = tmp_path / "ckpt.pt"
     torch.save({"model": hf_state_as_nanogpt(hf_tiny), "model_args": args}, path)
-    model, _ = load(path)
+    model, _ = load(path, device="cpu")
     with torch.no_grad():
         before = model(tokens)
     torch.save({"model": hf_state_as_nanogpt(hf_model(seed=9)), "model_args": args}, path)
@@ -151,7 +151,7 @@ def test_nanogpt_meta_pkl_is_never_unpickled(hf_tiny, tmp_path):
     import pickle
 
     (out / "meta.pkl").write_bytes(pickle.dumps({"stoi": Payload()}))
-    _, info = load(out / "ckpt.pt")
+    _, info = load(out / "ckpt.pt", device="cpu")
     assert not marker.exists()
     assert any("character-level" in w for w in info.warnings)  # vocab 500 < GPT-2's: the tokenizer will not fit
 
@@ -165,19 +165,19 @@ def test_lone_safetensors_needs_heads(hf_tiny, tokens, tmp_path):
     safetensors_torch.save_file(state, lone)
 
     with pytest.raises(HeadCountNeeded, match="--n-head"):
-        load(lone)  # never a guess unless asked for
-    guessed, info = load(lone, guess_heads=True)
+        load(lone, device="cpu")  # never a guess unless asked for
+    guessed, info = load(lone, guess_heads=True, device="cpu")
     assert info.config.n_head == 1 and info.name == "tiny-gpt"
     assert any("n_head" in w and "assumed" in w for w in info.warnings)
     with torch.no_grad():
         assert (guessed(tokens) - hf_tiny(tokens).logits).abs().max() > 1e-3
 
-    model, info = load(lone, n_head=4)
+    model, info = load(lone, n_head=4, device="cpu")
     assert info.config.n_head == 4 and not any("assumed" in w for w in info.warnings)
     assert_same_logits(model, hf_tiny, tokens)
 
     (lone.parent / "config.json").write_text(json.dumps({"n_head": 4}))
-    model, info = load(lone)
+    model, info = load(lone, device="cpu")
     assert info.config.n_head == 4 and not any("assumed" in w for w in info.warnings)
     assert_same_logits(model, hf_tiny, tokens)
 
@@ -186,7 +186,7 @@ def test_lone_state_dict_pt_in_nanogpt_layout(hf_tiny, tokens, tmp_path):
     """A bare torch.save(model.state_dict()) in nn.Linear layout: the layout is told from c_attn's shape."""
     state = {k.removeprefix("_orig_mod."): v for k, v in hf_state_as_nanogpt(hf_tiny).items()}
     torch.save(state, tmp_path / "sd.pt")
-    model, info = load(tmp_path / "sd.pt", n_head=4)
+    model, info = load(tmp_path / "sd.pt", n_head=4, device="cpu")
     assert info.format.startswith("torch state dict")
     assert_same_logits(model, hf_tiny, tokens)
 
@@ -196,7 +196,7 @@ def test_our_own_state_dict_round_trips(tmp_path):
 
     ours = GPT(GPTConfig(vocab_size=300, block_size=16, n_layer=2, n_head=2, n_embd=32, tie_weights=False), seed=5).eval()
     safetensors_torch.save_file({k: v.contiguous() for k, v in ours.state_dict().items()}, tmp_path / "ours.safetensors")
-    model, info = load(tmp_path / "ours.safetensors", n_head=2)
+    model, info = load(tmp_path / "ours.safetensors", n_head=2, device="cpu")
     assert not info.tied
     idx = torch.randint(0, 300, (1, 16))
     with torch.no_grad():
@@ -225,7 +225,7 @@ def test_gpt2_small_shape_round_trip(tmp_path):
     safetensors_torch.save_file(gpt2_small_state(), folder / "model.safetensors", metadata={"format": "pt"})
     transformers.GPT2Config().to_json_file(folder / "config.json")  # gpt2's shape: 12 × 12 × 768, vocab 50257
     hf = transformers.GPT2LMHeadModel.from_pretrained(folder, attn_implementation="eager").eval()
-    model, info = load(folder)
+    model, info = load(folder, device="cpu")
     assert info.n_params == 124_439_808 == hf.num_parameters()
     assert info.warnings == () and info.tied
     assert_same_logits(model, hf, torch.randint(0, 50257, (1, 16)))
@@ -235,7 +235,7 @@ def test_gpt2_small_shape_round_trip(tmp_path):
 
 def test_bf16_load_casts_once_on_the_way_in(hf_tiny, tokens, tmp_path):
     hf_tiny.save_pretrained(tmp_path / "tiny")
-    model, info = load(tmp_path / "tiny", dtype="bf16")
+    model, info = load(tmp_path / "tiny", dtype="bf16", device="cpu")
     assert info.dtype == "bf16" and all(p.dtype == torch.bfloat16 for p in model.parameters())
     with torch.no_grad():
         got, want = model(tokens).float(), hf_tiny(tokens).logits
@@ -251,13 +251,23 @@ def test_dtype_and_device_specs():
     with pytest.raises(LoadError, match="unknown device"):
         resolve_device("tpu-please")
     assert resolve_device("cpu") == torch.device("cpu")
-    expected = "cuda" if torch.cuda.is_available() else ("mps" if torch.backends.mps.is_available() else "cpu")
-    assert default_device().type == expected == resolve_device(None).type == resolve_device("auto").type
-    if not torch.cuda.is_available():
-        with pytest.raises(LoadError, match="CUDA was requested but is not available.*cpu"):
-            resolve_device("cuda")
 
 
+@pytest.mark.parametrize("cuda, mps, expected", [(True, True, "cuda"), (False, True, "mps"), (False, False, "cpu")])
+def test_auto_is_cuda_when_present_else_mps_else_cpu(real_auto_device, monkeypatch, cuda, mps, expected):
+    """The rule itself, on any machine: what torch reports is replaced, not read."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+    assert real_auto_device().type == expected == resolve_device(None).type == resolve_device("auto").type
+
+
+def test_cuda_asked_for_where_torch_sees_none_names_the_fix(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # so it runs on a GPU machine too
+    with pytest.raises(LoadError, match="CUDA was requested but is not available.*cpu"):
+        resolve_device("cuda")
+
+
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_load_onto_cuda_in_fp16(hf_tiny, tokens, tmp_path):
     hf_tiny.save_pretrained(tmp_path / "tiny")
@@ -272,7 +282,7 @@ def test_load_onto_cuda_in_fp16(hf_tiny, tokens, tmp_path):
 def test_progress_reports_bytes_up_to_the_total(hf_tiny, tmp_path):
     hf_tiny.save_pretrained(tmp_path / "tiny")
     calls = []
-    load(tmp_path / "tiny", progress=lambda done, total, what: calls.append((done, total, what)))
+    load(tmp_path / "tiny", progress=lambda done, total, what: calls.append((done, total, what)), device="cpu")
     dones = [c[0] for c in calls]
     assert len(calls) == 28  # one per stored tensor; the tied head is not a separate copy
     assert dones == sorted(dones) and dones[-1] == calls[-1][1] == hf_tiny.num_parameters() * 4
@@ -283,7 +293,7 @@ def test_cancel_between_tensors_raises_and_returns_nothing(hf_tiny, tmp_path):
     hf_tiny.save_pretrained(tmp_path / "tiny")
     seen = []
     with pytest.raises(LoadCancelled) as raised:
-        load(tmp_path / "tiny", progress=lambda *a: seen.append(a), cancel=lambda: len(seen) >= 3)
+        load(tmp_path / "tiny", progress=lambda *a: seen.append(a), cancel=lambda: len(seen) >= 3, device="cpu")
     assert isinstance(raised.value, LoadError) and len(seen) == 3
 
 
@@ -325,7 +335,7 @@ def test_hub_id_loads_from_the_offline_cache(hf_tiny, tokens, tmp_path, offline_
     snapshot = write_hub_cache(offline_cache, "openai-community/gpt2", tmp_path / "download")
     assert is_hub_cached("gpt2") and is_hub_cached("openai-community/gpt2")
     assert cached_snapshot("gpt2") == snapshot
-    model, info = load("gpt2")
+    model, info = load("gpt2", device="cpu")
     assert info.name == "gpt2" and info.format == "hub, safetensors"
     assert info.trained is True and info.status == "trained"  # a published model, by its id
     assert Path(info.path).parent == snapshot
@@ -337,7 +347,7 @@ def test_hub_legacy_cache_name_and_sharded_snapshot(hf_tiny, tokens, tmp_path, o
     hf_tiny.save_pretrained(tmp_path / "download", max_shard_size="60KB")
     write_hub_cache(offline_cache, "gpt2", tmp_path / "download")
     assert is_hub_cached("gpt2") and not is_hub_cached("gpt2-medium")
-    model, info = load("openai-community/gpt2")
+    model, info = load("openai-community/gpt2", device="cpu")
     assert info.format == "hub, sharded safetensors"
     assert_same_logits(model, hf_tiny, tokens)
 
@@ -350,7 +360,7 @@ def test_hub_snapshot_with_only_pickled_weights_is_not_used(hf_tiny, tmp_path, o
     write_hub_cache(offline_cache, "openai-community/gpt2", folder)
     assert not is_hub_cached("gpt2")
     with pytest.raises(LoadError, match="not cached"):
-        load("gpt2")
+        load("gpt2", device="cpu")
 
 
 @pytest.fixture
@@ -413,17 +423,17 @@ def test_hub_download_with_progress_then_offline_from_cache(hf_tiny, tokens, loc
     hf_tiny.save_pretrained(local_hub, max_shard_size="60KB")
     assert not is_hub_cached("gpt2")
     calls = []
-    model, info = load("gpt2", progress=lambda *a: calls.append(a))
+    model, info = load("gpt2", progress=lambda *a: calls.append(a), device="cpu")
     assert info.format == "hub, sharded safetensors" and is_hub_cached("gpt2")
     assert_same_logits(model, hf_tiny, tokens)
     shard = sorted(local_hub.glob("model-*.safetensors"))[0]
     reports = [c for c in calls if c[2] == f"downloading {shard.name}"]
     assert reports and reports[-1][:2] == (shard.stat().st_size, shard.stat().st_size)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the second time needs no network at all
-    assert_same_logits(load("gpt2")[0], hf_tiny, tokens)
+    assert_same_logits(load("gpt2", device="cpu")[0], hf_tiny, tokens)
     with pytest.raises(LoadError, match="no model 'openai-community/nonexistent' on the hub"):
         monkeypatch.delenv("HF_HUB_OFFLINE")
-        load("openai-community/nonexistent")
+        load("openai-community/nonexistent", device="cpu")
 
 
 def test_hub_download_fetches_a_repos_own_tokenizer_but_not_gpt2s(hf_tiny, tokens, local_hub):
@@ -442,12 +452,12 @@ def test_hub_download_fetches_a_repos_own_tokenizer_but_not_gpt2s(hf_tiny, token
     tok.train_from_iterator(["Every effort moves you to the right place."] * 3,
                             trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     tok.save(str(repo / "tokenizer.json"))
-    model, info = load("someone/tiny-gpt2")
+    model, info = load("someone/tiny-gpt2", device="cpu")
     assert info.tokenizer.kind == "folder" and Path(info.tokenizer.path).parent == Path(info.path).parent
     assert load_tokenizer(info)[0].encode("Every effort") == tok.encode("Every effort").ids
     assert info.trained is None  # a hub repo proves nothing about its weights; the published ones do
     assert_same_logits(model, hf_tiny, tokens)
-    _, gpt2 = load("gpt2")
+    _, gpt2 = load("gpt2", device="cpu")
     assert gpt2.tokenizer.kind != "folder" and not (Path(gpt2.path).parent / "tokenizer.json").exists()
     assert gpt2.trained is True
 

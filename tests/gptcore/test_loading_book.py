@@ -135,7 +135,7 @@ def test_book_state_dict_model_pth_with_n_head_given(tokens, tmp_path):
     book = book_model()
     assert "trf_blocks.0.att.mask" in book.state_dict()  # the buffer really is saved, and must be dropped
     torch.save(book.state_dict(), tmp_path / "model.pth")
-    model, info = load(tmp_path / "model.pth", n_head=4)
+    model, info = load(tmp_path / "model.pth", n_head=4, device="cpu")
     assert_same_logits(model, book, tokens)
     c = info.config
     assert (c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size) == (2, 4, 64, 32, 300)
@@ -150,14 +150,14 @@ def test_book_head_count_from_a_sidecar_config_in_the_books_own_keys(tokens, tmp
     torch.save(book.state_dict(), tmp_path / "model.pth")
     (tmp_path / "config.json").write_text(json.dumps(BOOK_CFG))  # GPT_CONFIG_124M-style: "n_heads"
     for source in (tmp_path / "model.pth", tmp_path):  # the file, or its folder (config.json there is no HF config)
-        model, info = load(source)
+        model, info = load(source, device="cpu")
         assert info.config.n_head == 4 and not any("head count" in w for w in info.warnings)
         assert_same_logits(model, book, tokens)
 
 
 def test_book_head_count_guessed_with_a_warning_that_names_the_fix(tmp_path):
     torch.save(book_model(seed=2).state_dict(), tmp_path / "model.pth")
-    _, info = load(tmp_path / "model.pth", guess_heads=True)  # a guess only on request
+    _, info = load(tmp_path / "model.pth", guess_heads=True, device="cpu")  # a guess only on request
     assert info.config.n_head == 1  # 64 wide, not a GPT-2 width: 64-wide heads
     warning = next(w for w in info.warnings if "head count" in w)
     assert "n_head=1" in warning and "--n-head" in warning and "config.json" in warning
@@ -176,7 +176,7 @@ def test_book_training_dict_with_optimizer_state_and_qkv_bias(tokens, tmp_path):
     book.eval()
     path = tmp_path / "model_and_optimizer.pth"
     torch.save({"model_state_dict": book.state_dict(), "optimizer_state_dict": optimizer.state_dict()}, path)
-    model, info = load(path, n_head=4)
+    model, info = load(path, n_head=4, device="cpu")
     assert_same_logits(model, book, tokens)
     assert info.config.use_qkv_bias and model.blocks[0].attn.c_attn.bias is not None
     assert any("optimizer_state_dict" in w and "ignored" in w for w in info.warnings)
@@ -186,7 +186,7 @@ def test_book_training_dict_with_optimizer_state_and_qkv_bias(tokens, tmp_path):
 def test_book_model_saved_as_safetensors(tokens, tmp_path):
     book = book_model(seed=6)
     safetensors_torch.save_file(book.state_dict(), tmp_path / "book.safetensors")
-    model, info = load(tmp_path / "book.safetensors", n_head=4)
+    model, info = load(tmp_path / "book.safetensors", n_head=4, device="cpu")
     assert_same_logits(model, book, tokens)
     assert "GPTModel" in info.format and "safetensors" in info.format
 
@@ -197,7 +197,7 @@ def test_book_checkpoint_generates_like_the_book(tokens, tmp_path):
 
     book = book_model(seed=7)
     torch.save(book.state_dict(), tmp_path / "model.pth")
-    model, _ = load(tmp_path / "model.pth", n_head=4)
+    model, _ = load(tmp_path / "model.pth", n_head=4, device="cpu")
     prompt = tokens[0, :5].tolist()
     ours = [s.token for s in generate(model, prompt, max_new_tokens=8, temperature=0.0)]
     ids = torch.tensor([prompt])
@@ -212,6 +212,6 @@ def test_book_checkpoint_with_a_missing_projection_is_refused_by_name(tmp_path):
     del state["trf_blocks.1.att.W_key.weight"]
     torch.save(state, tmp_path / "model.pth")
     with pytest.raises(LoadError) as raised:
-        load(tmp_path / "model.pth", n_head=4)
+        load(tmp_path / "model.pth", n_head=4, device="cpu")
     text = str(raised.value)
     assert "blocks.1.attn.c_attn.weight" in text and "trf_blocks.1.att.W_query.weight" in text

@@ -86,7 +86,7 @@ def test_fault_pickle_that_would_run_code_is_refused_and_never_runs(payload, whe
     else:  # a nanoGPT-style checkpoint
         torch.save({"model": hf_tiny.state_dict(), "model_args": {}, "hook": payload(marker)}, target)
     with pytest.raises(LoadError) as raised:
-        load(target.parent if where == "pytorch_model.bin" else target)
+        load(target.parent if where == "pytorch_model.bin" else target, device="cpu")
     message = str(raised.value)
     assert not marker.exists()
     assert "refused" in message and str(target) in message and "asks to call" in message and "run any code" in message
@@ -118,7 +118,7 @@ def _refuse(target: Path) -> str:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with pytest.raises(LoadError) as raised:
-            load(target)
+            load(target, device="cpu")
     torch_warnings = [str(w.message) for w in caught if "torch" in (w.filename or "")]
     assert torch_warnings == []  # e.g. "Detected pickle protocol 4 … please file an issue" must not leak
     return str(raised.value)
@@ -188,7 +188,7 @@ def test_fault_checkpoint_holding_a_custom_class_is_refused_with_the_class_named
     model_args = dict(n_layer=2, n_head=4, n_embd=32, block_size=16, vocab_size=300, bias=True)
     torch.save({"model": hf_tiny.state_dict(), "model_args": model_args, "config": TrainingConfig()}, path)
     with pytest.raises(LoadError, match=r"custom class `[\w.]*TrainingConfig`") as raised:
-        load(path)
+        load(path, device="cpu")
     assert str(path) in str(raised.value) and "Nothing was executed" in str(raised.value)
     assert len(torch_load_calls) == 1 and torch_load_calls[0]["weights_only"] is True
 
@@ -218,7 +218,7 @@ def test_fault_corrupt_file_gives_corrupt_file_message(kind, how, folder, hf_tin
         torch.save({"model": hf_tiny.state_dict(), "model_args": {}}, target)
     target.write_bytes(_damage(target.read_bytes(), how))
     with pytest.raises(LoadError, match="corrupt file") as raised:
-        load(source)
+        load(source, device="cpu")
     assert str(target) in str(raised.value) and "re-download" in str(raised.value)
 
 
@@ -227,7 +227,7 @@ def test_fault_missing_shard_is_named(hf_tiny, tmp_path):
     shards = sorted((tmp_path / "sharded").glob("model-*.safetensors"))
     shards[1].unlink()
     with pytest.raises(LoadError, match=f"shard {shards[1].name} listed in model.safetensors.index.json is missing"):
-        load(tmp_path / "sharded")
+        load(tmp_path / "sharded", device="cpu")
 
 
 # -- 4. a safetensors header that lies ------------------------------------------------------------
@@ -265,13 +265,28 @@ def test_fault_safetensors_header_that_lies(case, expected, tmp_path):
         blob = struct.pack("<Q", 9) + b"{not json" + data
     path.write_bytes(blob)
     with pytest.raises(LoadError, match=expected) as raised:
-        load(path, n_head=1)
+        load(path, n_head=1, device="cpu")
     assert "corrupt file" in str(raised.value) and str(path) in str(raised.value)
 
 
 # -- 5. NaN / Inf weights (refused, with the tensors named) ----------------------------------------
 
-def test_fault_nan_and_inf_weights_are_refused_with_tensor_names(hf_tiny, tmp_path):
+@pytest.fixture(params=["cpu", "gpu's route"])
+def route(request, monkeypatch):
+    """The CPU's load, or the one a GPU load takes (staged copies, the NaN screen on the device and read
+    back once: gptcore.io.loading), taken on the CPU (tests/gptcore/test_loading_device.py)."""
+    from gptcore.io import loading
+
+    stacks = []
+    if request.param != "cpu":
+        real_stack = torch.stack
+        monkeypatch.setattr(loading, "_accelerator", lambda device: True)
+        monkeypatch.setattr(loading, "_usable_in_place", lambda *a: False)
+        monkeypatch.setattr(torch, "stack", lambda ts, *a, **k: stacks.append(len(ts)) or real_stack(ts, *a, **k))
+    return request.param, stacks
+
+
+def test_fault_nan_and_inf_weights_are_refused_with_tensor_names(hf_tiny, tmp_path, route):
     state = {k: v.clone() for k, v in hf_tiny.state_dict().items() if k != "lm_head.weight"}
     state["transformer.h.1.mlp.c_fc.weight"][3, :5] = float("nan")
     state["transformer.wpe.weight"][0, 0] = float("inf")
@@ -279,21 +294,24 @@ def test_fault_nan_and_inf_weights_are_refused_with_tensor_names(hf_tiny, tmp_pa
     hf_tiny.config.to_json_file(tmp_path / "bad" / "config.json")
     safetensors_torch.save_file(state, tmp_path / "bad" / "model.safetensors")
     with pytest.raises(LoadError, match="NaN/Inf") as raised:
-        load(tmp_path / "bad")
+        load(tmp_path / "bad", device="cpu")
     message = str(raised.value)
     assert "blocks.1.mlp.c_fc.weight (5 of" in message and "pos_embed.weight (1 of" in message
     assert "blocks.0" not in message and "earlier" in message
+    assert message.index("pos_embed.weight") < message.index("blocks.1.mlp.c_fc.weight")  # the model's order
+    name, stacks = route
+    assert stacks == ([] if name == "cpu" else [len(state)])  # on a GPU every tensor's flag comes back in one read
 
 
-def test_fault_values_that_overflow_fp16_are_refused_in_fp16_only(hf_tiny, tmp_path):
+def test_fault_values_that_overflow_fp16_are_refused_in_fp16_only(hf_tiny, tmp_path, route):
     state = {k: v.clone() for k, v in hf_tiny.state_dict().items() if k != "lm_head.weight"}
     state["transformer.h.0.attn.c_proj.weight"][0, 0] = 1e6  # finite in fp32 and bf16, Inf in fp16
     (tmp_path / "big").mkdir()
     hf_tiny.config.to_json_file(tmp_path / "big" / "config.json")
     safetensors_torch.save_file(state, tmp_path / "big" / "model.safetensors")
     with pytest.raises(LoadError, match=r"overflow fp16.*blocks\.0\.attn\.c_proj\.weight.*bf16 or fp32"):
-        load(tmp_path / "big", dtype="fp16")
-    model, _ = load(tmp_path / "big", dtype="bf16")
+        load(tmp_path / "big", dtype="fp16", device="cpu")
+    model, _ = load(tmp_path / "big", dtype="bf16", device="cpu")
     assert torch.isfinite(model.blocks[0].attn.c_proj.weight).all()
 
 
@@ -317,7 +335,7 @@ def test_fault_wrong_keys_and_shapes_are_listed(fault, hf_tiny, tmp_path):
     (tmp_path / "m" / "config.json").write_text(json.dumps(config))
     safetensors_torch.save_file(state, tmp_path / "m" / "model.safetensors")
     with pytest.raises(LoadError) as raised:
-        load(tmp_path / "m")
+        load(tmp_path / "m", device="cpu")
     for text in expected:
         assert text in str(raised.value)
 
@@ -326,20 +344,20 @@ def test_fault_config_json_that_is_not_gpt2_or_broken(folder):
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "model_type": "mistral"}))
     with pytest.raises(LoadError, match="model_type 'mistral' is not supported.*llama: LlamaForCausalLM"):
-        load(folder)
+        load(folder, device="cpu")
     (folder / "config.json").write_text(json.dumps({**config, "model_type": "llama"}))  # a GPT-2 head
     with pytest.raises(LoadError, match=r"architectures \['GPT2LMHeadModel'\] has no LlamaForCausalLM"):
-        load(folder)
+        load(folder, device="cpu")
     gpt2_fields = {k: v for k, v in config.items() if k != "architectures"}
     (folder / "config.json").write_text(json.dumps({**gpt2_fields, "model_type": "llama"}))
     with pytest.raises(LoadError, match="lacks hidden_size, intermediate_size"):
-        load(folder)
+        load(folder, device="cpu")
     (folder / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "n_head"}))
     with pytest.raises(LoadError, match="lacks n_head"):
-        load(folder)
+        load(folder, device="cpu")
     (folder / "config.json").write_text("{ truncated")
     with pytest.raises(LoadError, match="corrupt file .*config.json: not valid JSON"):
-        load(folder)
+        load(folder, device="cpu")
 
 
 # -- 7. a hub id that is not cached while offline ---------------------------------------------------
@@ -353,7 +371,7 @@ def test_fault_hub_model_not_cached_while_offline(model_id, tmp_path, monkeypatc
     attempts = []
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda *a, **k: attempts.append(a))
     with pytest.raises(LoadError) as raised:
-        load(model_id)
+        load(model_id, device="cpu")
     message = str(raised.value)
     assert f"{model_id} is not cached" in message and "HF_HUB_OFFLINE" in message
     assert "run once with network" in message.lower() and "local folder" in message
@@ -362,10 +380,10 @@ def test_fault_hub_model_not_cached_while_offline(model_id, tmp_path, monkeypatc
 
 def test_fault_unknown_source_names_the_options(tmp_path):
     with pytest.raises(LoadError, match="no such file or folder.*gpt2, gpt2-medium"):
-        load(tmp_path / "nope.safetensors")
+        load(tmp_path / "nope.safetensors", device="cpu")
     (tmp_path / "empty-dir").mkdir()
     with pytest.raises(LoadError, match="holds no checkpoint"):
-        load(tmp_path / "empty-dir")
+        load(tmp_path / "empty-dir", device="cpu")
 
 
 def test_fault_hub_model_not_cached_without_network(tmp_path, monkeypatch):
@@ -381,4 +399,4 @@ def test_fault_hub_model_not_cached_without_network(tmp_path, monkeypatch):
                  "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(LoadError, match=r"gpt2-xl is not cached .* cannot be reached \(no network\?\)\. Run once with network"):
-        load("gpt2-xl")
+        load("gpt2-xl", device="cpu")

@@ -42,7 +42,7 @@ def test_a_text_file_named_ckpt_pt_is_named_as_text_not_as_a_lying_header(tmp_pa
     path.write_text("this is not a checkpoint\nbut some notes\n")
     for source in (path, path.parent):  # the file, or nanoGPT's out_dir holding it
         with pytest.raises(LoadError) as raised:
-            load(source)
+            load(source, device="cpu")
         text = str(raised.value)
         assert "is not a PyTorch checkpoint (it is text, not a zip or pickle archive" in text
         assert "'this is not a checkpoint'" in text and "header claims" not in text
@@ -52,7 +52,7 @@ def test_a_git_lfs_pointer_says_to_fetch_the_weights(tmp_path):
     path = tmp_path / "model.pth"
     path.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:" + "ab" * 32 + "\nsize 497774208\n")
     with pytest.raises(LoadError, match="Git LFS pointer.*git lfs pull"):
-        load(path)
+        load(path, device="cpu")
 
 
 def test_an_html_page_saved_as_pytorch_model_bin_is_named(hf_tiny, tmp_path):
@@ -61,7 +61,7 @@ def test_an_html_page_saved_as_pytorch_model_bin_is_named(hf_tiny, tmp_path):
     hf_tiny.config.to_json_file(folder / "config.json")
     (folder / "pytorch_model.bin").write_text("<!DOCTYPE html><html><body>Rate limited</body></html>")
     with pytest.raises(LoadError, match=r"pytorch_model\.bin is not a PyTorch checkpoint \(it is an HTML page"):
-        load(folder)
+        load(folder, device="cpu")
 
 
 def test_formats_under_the_wrong_suffix(hf_tiny, tmp_path):
@@ -71,12 +71,12 @@ def test_formats_under_the_wrong_suffix(hf_tiny, tmp_path):
     torch.save(hf_tiny.state_dict(), zipped)
     assert sniff(zipped) == "zip"
     with pytest.raises(LoadError, match="is not a safetensors file but a zip archive.*rename it to end in .pt"):
-        load(zipped, n_head=4)
+        load(zipped, n_head=4, device="cpu")
     hf_tiny.save_pretrained(tmp_path / "hf")
     renamed = tmp_path / "weights.bin"
     renamed.write_bytes((tmp_path / "hf" / "model.safetensors").read_bytes())
     assert sniff(renamed) == "safetensors"
-    model, info = load(renamed, n_head=4)
+    model, info = load(renamed, n_head=4, device="cpu")
     assert info.format.startswith("safetensors") and model.config.n_layer == 2
 
 
@@ -104,7 +104,7 @@ def test_sniff_tells_each_kind_apart(tmp_path):
 
 def test_a_freshly_initialised_hf_folder_is_loaded_not_trained(hf_tiny, tmp_path):
     hf_tiny.save_pretrained(tmp_path / "fresh")
-    _, info = load(tmp_path / "fresh")
+    _, info = load(tmp_path / "fresh", device="cpu")
     assert info.trained is None and info.status == "loaded"
     assert "nothing in the checkpoint" in info.provenance
     assert info.describe()["weights"].startswith("loaded (")
@@ -118,7 +118,7 @@ def test_a_folder_made_from_a_published_model_is_trained(hf_tiny, tmp_path):
     for origin, trained in (("openai-community/gpt2", True), ("gpt2-medium", True),
                             ("hf-internal-testing/tiny-random-gpt2", None), ("/home/me/runs/x", None)):
         (folder / "config.json").write_text(json.dumps({**config, "_name_or_path": origin}))
-        _, info = load(folder)
+        _, info = load(folder, device="cpu")
         assert info.trained is trained, origin
         if trained:
             assert origin in info.provenance
@@ -127,11 +127,11 @@ def test_a_folder_made_from_a_published_model_is_trained(hf_tiny, tmp_path):
 def test_a_hub_cache_snapshot_of_a_published_model_is_trained_by_path_too(hf_tiny, tmp_path):
     snapshot = tmp_path / "hub" / "models--openai-community--gpt2" / "snapshots" / ("a" * 40)
     hf_tiny.save_pretrained(snapshot)
-    _, info = load(snapshot)
+    _, info = load(snapshot, device="cpu")
     assert info.trained is True and "openai-community/gpt2" in info.provenance
     other = tmp_path / "hub" / "models--someone--gpt2-copy" / "snapshots" / ("b" * 40)
     hf_tiny.save_pretrained(other)
-    other_info = load(other)[1]
+    other_info = load(other, device="cpu")[1]
     assert other_info.trained is None and "someone/gpt2-copy came from the hub" in other_info.provenance
 
 
@@ -143,7 +143,7 @@ def test_a_hub_cache_snapshot_of_a_published_model_is_trained_by_path_too(hf_tin
 ])
 def test_nanogpt_training_metadata_decides(hf_tiny, tmp_path, extra, trained, words):
     torch.save(nanogpt_ckpt(hf_tiny, **extra), tmp_path / "ckpt.pt")
-    _, info = load(tmp_path / "ckpt.pt")
+    _, info = load(tmp_path / "ckpt.pt", device="cpu")
     assert info.trained is trained and words in info.provenance
     assert info.status == {True: "trained", False: "untrained", None: "loaded"}[trained]
 
@@ -151,14 +151,14 @@ def test_nanogpt_training_metadata_decides(hf_tiny, tmp_path, extra, trained, wo
 def test_a_bare_state_dict_is_loaded_and_a_wrapped_one_with_an_epoch_is_trained(hf_tiny, tmp_path):
     state = nanogpt_ckpt(hf_tiny)["model"]
     torch.save(state, tmp_path / "bare.pt")
-    assert load(tmp_path / "bare.pt", n_head=4)[1].trained is None
+    assert load(tmp_path / "bare.pt", n_head=4, device="cpu")[1].trained is None
     torch.save({"model_state_dict": state, "epoch": 3}, tmp_path / "wrapped.pt")
-    _, info = load(tmp_path / "wrapped.pt", n_head=4)
+    _, info = load(tmp_path / "wrapped.pt", n_head=4, device="cpu")
     assert info.trained is True and "epoch=3" in info.provenance
     assert any("only model_state_dict was read; epoch" in w for w in info.warnings)
     fresh = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))]).state_dict()  # never stepped: no state
     torch.save({"model_state_dict": state, "optimizer_state_dict": fresh, "epoch": 0}, tmp_path / "before.pt")
-    assert load(tmp_path / "before.pt", n_head=4)[1].trained is None  # proves nothing either way
+    assert load(tmp_path / "before.pt", n_head=4, device="cpu")[1].trained is None  # proves nothing either way
 
 
 # -- the preset a config equals ------------------------------------------------------------------------

@@ -244,8 +244,10 @@ def test_resume_continues_nanogpts_own_out_dir_as_its_loop_would(tmp_path):
 
     model, optimizer = nanogpt_out_dir(repo / "out-tiny", "tiny_char", corpus.vocab_size, steps=3,
                                        batches=batches, config=settings)
-    assert main(["--resume", f"--out_dir={repo / 'out-tiny'}", "--max_iters=5", "--dtype=float32"]) == 0
-    assert main(["--init_from=resume", f"--out_dir={repo / 'out-tiny'}", "--max_iters=7", "--dtype=float32"]) == 0
+    assert main(["--resume", f"--out_dir={repo / 'out-tiny'}", "--max_iters=5", "--dtype=float32",
+                 "--device=cpu"]) == 0
+    assert main(["--init_from=resume", f"--out_dir={repo / 'out-tiny'}", "--max_iters=7", "--dtype=float32",
+                 "--device=cpu"]) == 0
     trained = [r for r in read_trace(repo / "out-tiny" / "trace.jsonl") if r["kind"] == "train"]
     assert [r["step"] for r in trained] == [3, 4, 5, 6]  # from nanoGPT's iter_num on
     tc = _nano_tc(settings)

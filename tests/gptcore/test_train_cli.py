@@ -20,7 +20,8 @@ from gptcore.training.trace import TraceReader, read_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--n_layer=1", "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=2", "--eval_iters=1",
-        "--eval_interval=4", "--probe_interval=4", "--log_interval=2", "--warmup_iters=2", "--lr_decay_iters=40"]
+        "--eval_interval=4", "--probe_interval=4", "--log_interval=2", "--warmup_iters=2", "--lr_decay_iters=40",
+        "--device=cpu"]  # named: "auto" is the GPU where there is one (issue 37)
 
 
 @pytest.fixture(scope="module")
@@ -89,11 +90,11 @@ def test_a_run_leaves_a_documented_folder_and_a_well_formed_trace(tmp_path, text
     # gptcore.load opens a kept step by itself: the config (exact GELU, heads) from the file's metadata
     from gptcore.io.loading import load
 
-    loaded, info = load(folder.step_weights("gpt2", 4))
+    loaded, info = load(folder.step_weights("gpt2", 4), device="cpu")
     assert loaded.config.activation == "gelu" and loaded.config.n_head == 2 and loaded.unembed.weight is loaded.embed.weight
     assert info.describe()["format"] == "gptcore training run, step 4"
     assert info.describe()["weights"].startswith("trained")
-    assert load(folder.step_weights("gpt2", 0))[1].describe()["weights"].startswith("untrained")
+    assert load(folder.step_weights("gpt2", 0), device="cpu")[1].describe()["weights"].startswith("untrained")
     with pytest.raises(RunFolderError, match="kept steps: 0, 4, 8"):
         folder.load_step("gpt2", 5)
 
@@ -219,9 +220,9 @@ def test_ctrl_c_in_a_real_process_leaves_a_loadable_checkpoint_while_a_reader_fo
     (["--gradient_accumulation_steps=3", "--device=cuda"], "--device=cuda: torch sees no CUDA GPU"),
     (["stray"], "stray: no such config file"),
 ])
-def test_bad_settings_are_refused_with_a_message_before_anything_starts(tmp_path, text_file, capsys, args, message):
-    if "cuda" in " ".join(args) and torch.cuda.is_available():
-        pytest.skip("this machine has a GPU")
+def test_bad_settings_are_refused_with_a_message_before_anything_starts(tmp_path, text_file, capsys, args, message,
+                                                                        monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the no-GPU message, on every machine
     out = tmp_path / "bad"
     assert train(out, text_file, *args) == 2
     err = capsys.readouterr().err
@@ -341,7 +342,7 @@ def test_the_induction_preset_brings_its_model_settings_and_data_and_resumes_wit
 
     out = tmp_path / "induction"
     assert main([f"--out_dir={out}", "--preset=induction", "--max_iters=6", "--eval_interval=3", "--eval_iters=1",
-                 "--probe_interval=3", "--batch_size=8", "--log_interval=3"]) == 0
+                 "--probe_interval=3", "--batch_size=8", "--log_interval=3", "--device=cpu"]) == 0
     meta = RunFolder(out).read_meta()
     preset = PRESETS["induction"]
     assert meta["preset"] == "induction" and meta["corpus"]["source"] is None

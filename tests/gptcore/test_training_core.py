@@ -252,7 +252,7 @@ def test_untied_or_tanh_models_save_in_our_format_that_load_opens(tmp_path):
         trainer.save(tmp_path / "ckpt.pt")
         ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
         assert ckpt["format"] == OUR_FORMAT and "model_args" not in ckpt  # nanoGPT would refuse, not misread
-        model, info = load(tmp_path)
+        model, info = load(tmp_path, device="cpu")
         assert info.config == cfg and info.status == "trained"
         x, _ = batch_of(5, small_config())
         trainer.model.eval()

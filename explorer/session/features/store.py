@@ -113,9 +113,9 @@ def sae_home(info) -> Path:
     source = Path(str(info.source)).expanduser() if info.source else None
     if source is not None and source.exists():
         return (source if source.is_dir() else source.parent) / "sae"
-    import platformdirs
+    from gptcore.io.user_dirs import user_dir
 
-    return Path(platformdirs.user_data_dir("gpt-explorer", appauthor=False)) / "sae" / _slug(info.name)
+    return user_dir("data", "gpt-explorer") / "sae" / _slug(info.name)
 
 
 def _step_prefix(info) -> str:

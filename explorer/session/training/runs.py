@@ -159,9 +159,9 @@ def remember_run(settings, root) -> None:
 
 def default_runs_dir() -> Path:
     """Where the panel puts new runs: the user's data folder / runs."""
-    import platformdirs
+    from gptcore.io.user_dirs import user_dir
 
-    return Path(platformdirs.user_data_dir("gpt-explorer", appauthor=False)) / "runs"
+    return user_dir("data", "gpt-explorer") / "runs"
 
 
 def new_run_dir(base: Path | None = None) -> Path:

@@ -129,14 +129,14 @@ def bin_sum(x: torch.Tensor, width: int, dim: int) -> torch.Tensor:
 
 
 def row_stats(p: torch.Tensor, first_row: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(nh, n, S) rows of a pattern, row i at position first_row + i -> entropy (nats),
-    weight on the previous token and weight on position 0, each (nh, n).
+    """(…, n, S) rows of a pattern (…: heads, or layers and heads), row i at position first_row + i ->
+    entropy (nats), weight on the previous token and weight on position 0, each (…, n).
     Kept per row so that a longer prompt only adds rows; the head scores are their means."""
-    nh, n, S = p.shape
-    entropy = torch.special.entr(p).sum(-1)  # (nh, n)
+    *lead, n, S = p.shape
+    entropy = torch.special.entr(p).sum(-1)  # (…, n)
     pos = torch.arange(first_row, first_row + n, device=p.device)  # (n,)
-    prev = p.gather(-1, (pos - 1).clamp(min=0).expand(nh, n)[..., None])[..., 0]  # (nh, n) p[t, t-1]
-    first = p[..., 0]  # (nh, n)
+    prev = p.gather(-1, (pos - 1).clamp(min=0).expand(*lead, n)[..., None])[..., 0]  # (…, n) p[t, t-1]
+    first = p[..., 0]  # (…, n)
     return entropy, prev, first
 
 

@@ -24,6 +24,13 @@ unchanged window and reuse its prefix like any other keystroke.
 The state serves one model and one set of settings (`matches`); the session drops it on a
 model swap, a settings change or an intervention. Not thread-safe: run it under the lock that
 guards the model.
+
+On a GPU the forward is launch-bound at typing lengths: each layer's fold (pooling, row stats, a
+dozen small kernels) would be launched as the layer passes. There the hooks only keep each layer's
+pattern and last residual, and all layers are folded at once after the forward, as long as the
+kept patterns stay under FOLD_AT_ONCE_BYTES (a dozen kernels in all instead of a dozen per layer;
+issue 37); the results come back in one transfer. On the CPU each layer is folded while its pattern
+is still in cache, as before. Both give the same numbers (tests/gptcore/test_probes_device.py).
 """
 from __future__ import annotations
 
@@ -34,6 +41,9 @@ import torch
 from gptcore.interp.probes.capture import (AttentionCapture, DEFAULT_THUMB_SIZE, bin_sum, check_capture_args, crop_to_block,
                       head_scores, pooling_edges, pooling_width, row_stats)
 from gptcore.interp.probes.lens import logit_lens
+
+
+FOLD_AT_ONCE_BYTES = 64 << 20  # patterns kept to fold all layers after the forward, at most (float32)
 
 
 def fine_width(T: int, t: int) -> int:
@@ -160,42 +170,57 @@ class AttentionState:
         self.fine *= 2
 
     def _run(self, ids: list[int], start: int) -> torch.Tensor:
-        """Forward ids[start:] against the kept keys/values, folding each new pattern row in."""
-        model, cfg, f = self.model, self.model.config, self.fine
-        T = len(ids)
-        resid_last = torch.zeros(cfg.n_layer, cfg.n_embd, device=model.device)
+        """Forward ids[start:] against the kept keys/values, folding each new pattern row in; returns
+        the residual stream after each block at the last position (L, C)."""
+        model, cfg = self.model, self.model.config
+        T, L = len(ids), cfg.n_layer
+        at_once = _fold_at_once(model.device, L * cfg.n_head * (T - start) * T * 4)
+        patterns: list = [None] * L  # (nh, n, T) per layer, when folded after the forward
+        resids: list = [None] * L  # (C,) per layer
 
         def on_pattern(layer: int):
             def hook(pattern: torch.Tensor, _hook) -> None:
-                p = pattern[0].float()  # (nh, n, T): rows start..T-1
-                n = p.shape[1]
-                keys = bin_sum(p, f, dim=2)  # (nh, n, ceil(T/f))
-                pooled = bin_sum(keys, f, dim=1)  # (nh, ceil(n/f), ceil(T/f))
-                q0, nq, nk = start // f, pooled.shape[1], pooled.shape[2]
-                self._sums[layer, :, q0:q0 + nq, :nk] = pooled
-                self._sums[layer, :, q0:q0 + nq, nk:] = 0
-                ent, prev, first = row_stats(p, start)  # 3 × (nh, n)
-                self._rows[:, layer, :, start:T] = torch.stack((ent, prev, first))
-                if layer in self._full:
-                    self._full[layer][:, start:T, :T] = p
+                if at_once:
+                    patterns[layer] = pattern[0]  # (nh, n, T): rows start..T-1
+                else:
+                    self._fold(layer, pattern[0][None], start, T)
 
             return hook
 
         def on_resid(layer: int):
             def hook(x: torch.Tensor, _hook) -> None:
-                resid_last[layer] = x[0, -1]  # (C,)
+                resids[layer] = x[0, -1]  # (C,)
 
             return hook
 
         fwd_hooks = []
-        for layer in range(cfg.n_layer):
+        for layer in range(L):
             fwd_hooks.append((f"blocks.{layer}.attn.hook_pattern", on_pattern(layer)))
             fwd_hooks.append((f"blocks.{layer}.hook_resid_post", on_resid(layer)))
         idx = torch.tensor([ids[start:]], dtype=torch.long, device=model.device)  # (1, T - start)
         kv = self._kv if self.keep else None
         with torch.inference_mode(), model.hooks(fwd_hooks):
             model(idx, kv_cache=kv, logits=None)
-        return resid_last
+            if at_once:
+                self._fold(0, torch.stack(patterns), start, T)  # (L, nh, n, T)
+            return torch.stack(resids).float()  # (L, C)
+
+    def _fold(self, first: int, p: torch.Tensor, start: int, T: int) -> None:
+        """Fold pattern rows start..T-1 of layers first.. into the kept sums, row stats and full rows;
+        p (k, nh, n, T) holds k layers' rows."""
+        f, k = self.fine, p.shape[0]
+        p = p.float()
+        layers = slice(first, first + k)
+        keys = bin_sum(p, f, dim=3)  # (k, nh, n, ceil(T/f))
+        pooled = bin_sum(keys, f, dim=2)  # (k, nh, ceil(n/f), ceil(T/f))
+        q0, nq, nk = start // f, pooled.shape[2], pooled.shape[3]
+        self._sums[layers, :, q0:q0 + nq, :nk] = pooled
+        self._sums[layers, :, q0:q0 + nq, nk:] = 0
+        ent, prev, first_token = row_stats(p, start)  # 3 × (k, nh, n)
+        self._rows[:, layers, :, start:T] = torch.stack((ent, prev, first_token))
+        for layer, rows in self._full.items():
+            if first <= layer < first + k:
+                rows[:, start:T, :T] = p[layer - first]
 
     def _result(self, ids: list[int], cropped: int, lens, start: int) -> AttentionCapture:
         T, t, f = len(ids), self.thumb_size, self.fine
@@ -205,14 +230,30 @@ class AttentionState:
         sums = self._sums[:, :, :nf, :nf]  # (L, nh, nf, nf)
         sums = bin_sum(bin_sum(sums, w // f, dim=2), w // f, dim=3)  # (L, nh, nb, nb)
         counts = (edges[1:] - edges[:-1]).to(device=sums.device, dtype=torch.float32)  # (nb,)
-        thumbs = _to_cpu(sums / counts[:, None])
-        entropy, prev, first = (_to_cpu(s) for s in head_scores(*self._rows, T))
         exact = w == 1
-        full = {layer: thumbs[layer] if exact else _to_cpu(self._full[layer][:, :T, :T]) for layer in self.full_layers}
+        kept_full = [] if exact else [self._full[layer][:, :T, :T] for layer in self.full_layers]
+        thumbs, entropy, prev, first, *full = _to_cpu(sums / counts[:, None], *head_scores(*self._rows, T),
+                                                      *kept_full)
+        full = {layer: thumbs[layer] if exact else full.pop(0) for layer in self.full_layers}
         return AttentionCapture(ids, cropped, thumbs, edges, full, entropy, prev, first, lens, self.bos is not None,
                                 meta=dict(reused_tokens=start, computed_tokens=T - start))
 
 
-def _to_cpu(x: torch.Tensor) -> torch.Tensor:
-    """A CPU copy the state will not write into later (`.cpu()` of a CPU tensor is itself)."""
-    return x.to("cpu", copy=True)
+def _fold_at_once(device: torch.device, pattern_bytes: int) -> bool:
+    """Fold every layer after the forward (an accelerator, patterns within FOLD_AT_ONCE_BYTES) rather
+    than each as it passes; one place, so a test can take either route on the CPU."""
+    return device.type != "cpu" and pattern_bytes <= FOLD_AT_ONCE_BYTES
+
+
+def _to_cpu(*xs: torch.Tensor) -> list[torch.Tensor]:
+    """CPU copies the state will not write into later (`.cpu()` of a CPU tensor is itself); from
+    another device in one transfer, not one wait each."""
+    if all(x.device.type == "cpu" for x in xs):
+        return [x.to("cpu", copy=True) for x in xs]
+    return in_one_transfer(*xs)
+
+
+def in_one_transfer(*xs: torch.Tensor) -> list[torch.Tensor]:
+    """Copies on the CPU of same-dtype tensors, brought over as one flat buffer (side by side)."""
+    flat = torch.cat([x.reshape(-1) for x in xs]).cpu()  # the one host synchronisation
+    return [part.view(x.shape) for part, x in zip(flat.split([x.numel() for x in xs]), xs)]
