@@ -3,10 +3,11 @@ gptcore tests failed because library calls defaulting to "auto" put the model on
 test's oracle stayed on the CPU.
 
 Two guards keep that from coming back on machines without a GPU:
-- `GPT_EXPLORER_TEST_FAKE_ACCELERATOR=1 pytest ...` runs the suite with "auto" resolving to the meta
-  device (tests/fake_accelerator/sitecustomize.py), in the test process and in every Python process a
-  test starts; a test that lets the device be chosen for it fails there as it would on CUDA. CI runs
-  the quick loop that way (.ci/run). The first test below checks the switch itself works.
+- The suite runs with "auto" resolving to the meta device (tests/fake_accelerator/sitecustomize.py; on by
+  default in tests/conftest.py, `GPT_EXPLORER_TEST_FAKE_ACCELERATOR=0` turns it off), in the test process
+  and in every Python process a test starts; a test that lets the device be chosen for it fails on
+  every machine as it would on CUDA, so CI's one run keeps the suite honest. The first test below checks
+  the switch itself works.
 - "auto" is decided in one place (gptcore.io.loading.default_device), so that switch sees every
   choice: the second test fails when another module asks torch whether CUDA is there to pick a
   device by itself.

@@ -90,7 +90,9 @@ class TrainController(RunFollowing, PanelController[TrainView]):
     # -- starting and stopping ---------------------------------------------------------------------
     def start(self, values: dict) -> None:
         try:
-            settings = {**self.extra_model, **command_settings(values)}
+            # The app's device, named: a training started here runs where the app runs (`--device cpu` on a
+            # machine with a GPU keeps it on the CPU), not wherever the child's own "auto" would pick.
+            settings = {"device": str(self.ctx.session.device), **self.extra_model, **command_settings(values)}
         except ValueError as exc:
             self.view.set_message(str(exc))
             return

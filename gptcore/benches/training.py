@@ -346,15 +346,14 @@ def main(argv=None) -> int:
             parser.error(f"--{name.replace('_', '-')} must be 1 or more")
     if args.peak_size is not None and args.peak_size < 1:
         parser.error("--peak-size must be 1 or more")
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    from gptcore.io.loading import LoadError, resolve_device
+
     try:
-        device = torch.device(device)
-    except RuntimeError:
-        parser.error(f"--device={args.device}: not a device torch knows; use cpu or cuda")
+        device = resolve_device(args.device)  # gptcore's one "auto" rule; a GPU asked for and absent is named
+    except LoadError as exc:
+        parser.error(f"--device={args.device}: {exc}")
     if device.type not in ("cpu", "cuda"):
         parser.error(f"--device={args.device}: the training bench has a recipe for cpu and cuda only")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error(f"--device={args.device}: torch sees no CUDA GPU here; use --device cpu")
     if args.threads is not None:
         if args.threads < 1:
             parser.error("--threads must be 1 or more")

@@ -88,7 +88,8 @@ def test_the_readme_features_screenshot_command_renders_the_runs_model(tmp_path)
     _char_run(root)
     out = tmp_path / "features.png"
     done = subprocess.run([sys.executable, "-m", "explorer", "--screenshot", str(out), "--run", str(root),
-                           "--panel", "features", "--size", "900x600"], cwd=ROOT, env=_env(tmp_path),
+                           "--panel", "features", "--size", "900x600", "--device", "cpu"],  # cpu: the suite names its device
+                          cwd=ROOT, env=_env(tmp_path),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "panel features, model trained · step 20 of 20" in done.stdout and out.is_file()
