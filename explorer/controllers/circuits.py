@@ -24,6 +24,7 @@ from PySide6.QtWidgets import QFileDialog
 
 from explorer.controllers.base import PanelController
 from explorer.controllers.live import LiveRequest
+from explorer.session.circuits.store import UnreadablePrompt
 from explorer.session.events import ModelSwapped
 from explorer.views.circuits.panel import CircuitsPanel
 from explorer.views.circuits.protocol import CircuitsView
@@ -208,7 +209,7 @@ class CircuitsController(PanelController[CircuitsView]):
         self.view.clear_graph("")
         self.view.set_error(expl.inline)
         self.mark_ready()
-        if isinstance(exc, ValueError) and not self._offered and self.tset is not None:
+        if isinstance(exc, UnreadablePrompt) and not self._offered and self.tset is not None:
             self._offered = True  # a run's character model and a prompt in another alphabet: its own text, once
             session, corpus, path = self.ctx.session, self.corpus, self.corpus_path
             self.submit(KEYS["readable"], lambda token, _p: session.circuits.readable_prompt(corpus, path),

@@ -29,7 +29,7 @@ from explorer.session.circuits import store, training
 from explorer.session.circuits.detail import held_rows, node_detail
 from explorer.session.circuits.pruned import pruned_view
 from explorer.session.circuits.results import CircuitGraph, NodeDetail, TranscoderSet
-from explorer.session.circuits.store import CircuitsError, NoTranscoders
+from explorer.session.circuits.store import CircuitsError, NoTranscoders, UnreadablePrompt
 
 MAX_NODES = 8_192  # the live graph's cap (gptcore's own is 16,384): its N × N adjacency is 256 MB here
 MAX_LOGITS = 10
@@ -329,10 +329,14 @@ class CircuitsDomain:
     def _prompt_ids(self, text: str, transcoders) -> list[int]:
         from gptcore import PromptTooLong
 
-        ids = self.core.encode(text)
+        try:
+            ids = self.core.encode(text)
+            if ids:
+                self.core.check_token_ids(ids, self.core.model)
+        except ValueError as exc:
+            raise UnreadablePrompt(str(exc)) from None
         if not ids:
             raise CircuitsError("type a prompt: the graph explains the model's prediction of the token after it")
-        self.core.check_token_ids(ids, self.core.model)
         limit, why = self._limit(transcoders)
         if len(ids) > limit:
             raise PromptTooLong(f"the prompt has {len(ids):,} tokens; the graph follows at most {limit:,} ({why}): "

@@ -43,6 +43,13 @@ class NoTranscoders(CircuitsError):
     title = "No transcoders for this model"
 
 
+class UnreadablePrompt(CircuitsError):
+    """The model's tokenizer or vocabulary cannot read the prompt (a run's character model and text in
+    another alphabet): the panel offers text the model can read."""
+
+    title = "Prompt not readable by this model"
+
+
 def transcoder_home(info) -> Path:
     """The folder this model's transcoder sets are saved in (see the module docstring): the sibling of
     its SAE folder, `…/sae` → `…/transcoders`; in the user's data folder `…/sae/<model>` →
