@@ -189,6 +189,7 @@ class CircuitsController(PanelController[CircuitsView]):
 
     def _show_graph(self, graph) -> None:
         self.graph = graph
+        self.live.follow_work(graph.seconds * 1000)  # wait out a pause shorter than the graph it would start
         self.view.set_graph(graph, self._clamped())
         self.view.set_status("")
         self.view.set_graph_info(graph_info_html(graph, self.formation))

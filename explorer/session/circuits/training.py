@@ -107,7 +107,8 @@ def walk(core, run, anchor_folder, anchor, *, tokens: int, progress=None, cancel
         for step in side:
             report(step, 0.0, "reading every MLP's input and output")
             model = follower.folder.load_step(run.scheme, step, device="cpu").eval()
-            with harvest_mlps(model, train, cancel=cancel) as pairs:
+            reading = (lambda d, t, m, step=step: report(step, 0.1 * d / max(t, 1), m))  # a yield between forwards
+            with harvest_mlps(model, train, progress=reading, cancel=cancel) as pairs:
                 before = fit_set(pairs, width=width, k=k, tokens=tokens, init=before, cancel=cancel, lineage=lineage,
                                  progress=lambda d, t, m, step=step: report(step, 0.1 + 0.9 * d / max(t, 1), m))
             info = dataclasses.replace(core.info, run=dataclasses.replace(run, step=int(step)))

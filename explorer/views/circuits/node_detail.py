@@ -7,8 +7,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
-    QDoubleSpinBox, QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QPushButton, QTabWidget, QTextBrowser,
-    QVBoxLayout, QWidget,
+    QDoubleSpinBox, QHBoxLayout, QLabel, QListWidgetItem, QPushButton, QTabWidget, QTextBrowser, QVBoxLayout, QWidget,
 )
 
 from explorer.views.features.contexts import contexts_html
@@ -19,25 +18,14 @@ PICK_HINT = "Click a node of the graph: a feature shows what it reads and writes
 EDITS_NONE = "no feature edited"
 
 
-class EdgeList(QWidget):
+class EdgeList(TokenList):
     """A titled list of (node, weight) rows; a row whose node is drawn says so and can be clicked."""
 
     nodeRequested = Signal(int)  # the node's index among the drawn (kept) nodes
 
     def __init__(self, title: str, tip: str, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.list = QListWidget()
-        self.list.setToolTip(tip)
-        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.list.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        super().__init__(title, tip, parent)
         self.list.itemClicked.connect(self._clicked)
-        heading = QLabel(f"<b>{title}</b>")
-        heading.setToolTip(tip)
-        box = QVBoxLayout(self)
-        box.setContentsMargins(0, 0, 0, 0)
-        box.setSpacing(2)
-        box.addWidget(heading)
-        box.addWidget(self.list, 1)
 
     def set_rows(self, rows) -> None:
         """`rows`: (label, weight, kept index or -1), strongest first."""
@@ -50,9 +38,6 @@ class EdgeList(QWidget):
             if kept < 0:
                 item.setForeground(self.palette().color(QPalette.ColorRole.PlaceholderText))
             self.list.addItem(item)
-
-    def texts(self) -> list[str]:
-        return [self.list.item(i).text() for i in range(self.list.count())]
 
     def _clicked(self, item: QListWidgetItem) -> None:
         kept = int(item.data(Qt.ItemDataRole.UserRole))

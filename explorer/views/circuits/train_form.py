@@ -6,22 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QProgressBar, QPushButton, QSpinBox, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
-from explorer.views.features.source_form import CORPORA, CORPUS_TIPS
+from explorer.views.features.source_form import CORPORA, CORPUS_TIPS, _spin
 from explorer.widgets.elided_label import ElidedLabel
 
 DEFAULTS = {"width": 1024, "k": 16, "tokens": 2_000_000}  # issue 38's quality bar was measured at these
-
-
-def _spin(low: int, high: int, value: int, step: int, tip: str) -> QSpinBox:
-    box = QSpinBox()
-    box.setRange(low, high)
-    box.setSingleStep(step)
-    box.setValue(value)
-    box.setGroupSeparatorShown(True)
-    box.setToolTip(tip)
-    return box
 
 
 class TrainForm(QWidget):
