@@ -227,3 +227,19 @@ def test_the_domain_is_one_line_in_the_session():
     from explorer.session.core import DOMAINS
 
     assert DOMAINS["circuits"] is CircuitsDomain and isinstance(Session.tiny().circuits, CircuitsDomain)
+
+
+def test_a_walked_step_keeps_its_neighbours_transcoder_when_fitting_explains_less():
+    from gptcore import fit_transcoder
+    from tests.gptcore.test_circuits_transcoder import random_transcoder, sparse_map_data
+
+    x, y, _ = sparse_map_data(n=4000, d=8, n_true=12)
+    good = fit_transcoder(x, y, width=32, k=4, tokens=16_384, batch=512, lr=3e-3)
+    bad = random_transcoder(d=8, width=32, k=4)
+    kept = training._better(bad, good, x, y, step=250)
+    assert kept is not good and torch.equal(kept.W_dec, good.W_dec)  # a copy of the neighbour's, saved as this step's
+    assert kept.metadata["walk_fvu"] == pytest.approx(training.fvu(good, x, y))
+    assert kept.metadata["fitted_fvu"] == pytest.approx(training.fvu(bad, x, y))
+    assert kept.metadata["fitted_fvu"] > kept.metadata["walk_fvu"]
+    assert "step 250" in kept.metadata["walk"]
+    assert training._better(good, bad, x, y, step=250) is good and "walk" not in good.metadata
