@@ -172,13 +172,42 @@ def test_bad_input_is_refused_by_name(session, trained, tmp_path, monkeypatch):
     assert not session.circuits.saved()
 
 
+def related_char_run(root, steps=(0, 10, 20)):
+    """A run folder of a 5-character model (as test_session_features._char_run writes one) whose kept steps are
+    one model drifting a little from step to step, as training does: a warm start from a neighbour fits."""
+    import json
+
+    from gptcore.model.config import GPTConfig
+    from gptcore.model.gpt import GPT
+    from gptcore.training.run import RunFolder
+    from gptcore.training.trace import TraceWriter
+
+    text = root.parent / "corpus.txt"
+    text.write_text(("abc cab\nba ac cba\n" * 400), encoding="utf-8")
+    folder = RunFolder(root)
+    config = GPTConfig(vocab_size=5, block_size=32, n_layer=1, n_head=2, n_embd=16)
+    folder.start({"schemes": ["gpt2"], "model_config": config.to_dict(), "train_config": {"max_iters": steps[-1]},
+                  "corpus": {"name": "corpus.txt", "source": str(text)},
+                  "tokenizer": {"kind": "char", "vocab": "char_vocab.json"}}, resume=False)
+    (root / "char_vocab.json").write_text(json.dumps({"format": "gptcore-char-vocab-1", "chars": list("\n abc")}))
+    model, gen = GPT(config, init="gpt2", seed=0), torch.Generator().manual_seed(1)
+    with TraceWriter(folder.trace) as w:
+        w.write("start", run="x", schemes=["gpt2"], step=0, max_iters=steps[-1], resumed=False, world_size=1)
+        for step in steps:
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(0.1 * p.std().nan_to_num(0.02) * torch.randn(p.shape, generator=gen))
+            w.write("checkpoint", scheme="gpt2", step=step, latest="ckpt.pt",
+                    path=folder.relative(folder.save_step_weights(model, "gpt2", step)))
+    return folder
+
+
 def test_the_walk_over_a_run_leaves_the_anchor_as_trained_and_each_step_opens_its_own_set(tmp_path):
     from gptcore import attribution_graph, load_transcoders
     from explorer.session.circuits.formation import formed_step
-    from tests.explorer.test_session_features import _char_run
 
     root = tmp_path / "run"
-    _char_run(root)
+    related_char_run(root)
     s = Session.tiny()
     follower = s.training.open(root)
     s.training.show_step(follower, "gpt2", 20)
@@ -197,7 +226,9 @@ def test_the_walk_over_a_run_leaves_the_anchor_as_trained_and_each_step_opens_it
     assert formation.link.endswith(f"→ {formation.token!r}")
     # the link's weight at step 10, read from a graph computed here with that step's walked set
     model10 = follower.folder.load_step("gpt2", 10).eval()
-    g10 = attribution_graph(model10, load_transcoders(folders[10], model10), torch.tensor(s.encode(prompt)))
+    set10 = load_transcoders(folders[10], model10)
+    assert all(t.metadata.get("aligned", True) for t in set10)  # a step near the anchor: warm-started, aligned
+    g10 = attribution_graph(model10, set10, torch.tensor(s.encode(prompt)))
     layer, feature, pos = (int(v) for v in formation.link.split(" → ")[0].strip("L").replace("#", "").replace("@", "")
                            .split())
     token = s.encode(formation.token)[0]
@@ -243,3 +274,23 @@ def test_a_walked_step_keeps_its_neighbours_transcoder_when_fitting_explains_les
     assert kept.metadata["fitted_fvu"] > kept.metadata["walk_fvu"]
     assert "step 250" in kept.metadata["walk"]
     assert training._better(good, bad, x, y, step=250) is good and "walk" not in good.metadata
+
+
+def test_a_step_no_warm_start_explains_is_fitted_afresh_and_left_out_of_the_comparison(tmp_path):
+    """test_session_features' run: three unrelated random models, so no neighbour's transcoder fits the next."""
+    from gptcore import load_transcoders
+    from tests.explorer.test_session_features import _char_run
+
+    root = tmp_path / "run"
+    _char_run(root)
+    s = Session.tiny()
+    follower = s.training.open(root)
+    s.training.show_step(follower, "gpt2", 20)
+    s.circuits.train(width=32, k=4, tokens=8192, corpus="run")
+    folders = s.circuits.walk(tokens=20_480)
+    walked = load_transcoders(folders[0])[0]
+    assert walked.metadata["aligned"] is False and "from scratch" in walked.metadata["walk"]
+    formation = s.circuits.formation("abc cab ba ac", 1.0, 1.0)
+    unaligned = [i for i, step in enumerate(formation.steps) if step in (0, 10)
+                 and load_transcoders(folders[int(step)])[0].metadata.get("aligned", True) is False]
+    assert unaligned and all(formation.weights[i] == 0 for i in unaligned)

@@ -266,10 +266,20 @@ class CircuitsDomain:
 
                 raise Cancelled("cancelled")
             model = follower.folder.load_step(run.scheme, step, device="cpu").eval()
-            return attribution_graph(model, load_transcoders(record["steps"][step], model), torch.tensor(ids),
-                                     max_logits=MAX_LOGITS)
+            transcoders = load_transcoders(record["steps"][step], model)
+            return attribution_graph(model, transcoders, torch.tensor(ids), max_logits=MAX_LOGITS), transcoders
 
-        formed = formation(steps, graph_at, node_threshold, edge_threshold, self._token_text, text)
+        aligned: dict[int, list[bool]] = {}
+
+        def aligned_at(step: int, layer: int) -> bool:
+            return aligned.get(step, [True] * (layer + 1))[layer]
+
+        def graph_of(step: int):
+            graph, transcoders = graph_at(step)
+            aligned[step] = [t.metadata.get("aligned", True) is not False for t in transcoders]
+            return graph
+
+        formed = formation(steps, graph_of, node_threshold, edge_threshold, self._token_text, text, aligned_at)
         with self._lock:
             self._formed = (key, formed)
         return formed

@@ -10,7 +10,8 @@ Its weight at an earlier kept step s, w_s: the edge from the same feature (layer
 warm-starts each step's transcoders from its neighbour's, so index i is the same feature's ancestor) at
 the same position into the logit of the same token t*, in step s's full graph (unpruned: a link below
 the pruning threshold still counts); 0 when that feature is not active there or t* is not among that
-step's logit nodes (the model does not yet put it among its likely next tokens).
+step's logit nodes (the model does not yet put it among its likely next tokens), and 0 where that
+step's transcoder of layer L was fitted afresh by the walk (not aligned: index i is another feature).
 
 "The circuit formed at step N": the first kept step from which w_s stays at or above SHARE (half) of
 w_F at every later kept step — the rule the Features panel uses for a feature's forming. It says when
@@ -42,8 +43,12 @@ def last_link(graph, node_threshold: float, edge_threshold: float):
     return source, top, float(graph.adjacency[top, source])
 
 
-def link_weight(graph, layer: int, position: int, feature: int, token: int) -> float:
-    """The adjacency entry from (layer, position, feature) into the logit of `token`; 0 when either node is absent."""
+def link_weight(graph, layer: int, position: int, feature: int, token: int, aligned: bool = True) -> float:
+    """The adjacency entry from (layer, position, feature) into the logit of `token`; 0 when either node is absent,
+    or the step's transcoder of that layer is not aligned with the last step's (a fresh fit: its index i is
+    another feature)."""
+    if not aligned:
+        return 0.0
     hit = ((graph.features[:, 0] == layer) & (graph.features[:, 1] == position)
            & (graph.features[:, 2] == feature)).nonzero()
     logit = (graph.logit_tokens == token).nonzero()
@@ -61,10 +66,11 @@ def formed_step(steps: np.ndarray, weights: np.ndarray, final: float, share: flo
     return int(steps[broken[-1] + 1]) if broken.size else int(steps[0])
 
 
-def formation(steps, graph_at, node_threshold: float, edge_threshold: float, token_text,
-              text: str = "") -> CircuitFormation:
+def formation(steps, graph_at, node_threshold: float, edge_threshold: float, token_text, text: str = "",
+              aligned_at=lambda step, layer: True) -> CircuitFormation:
     """The last link's weight at every kept step in `steps`; `graph_at(step)` gives that step's
-    AttributionGraph of the prompt (computed one at a time: only one graph is held at once)."""
+    AttributionGraph of the prompt (computed one at a time: only one graph is held at once),
+    `aligned_at(step, layer)` whether that step's transcoder of the layer descends from the last step's."""
     steps = np.array(sorted(int(s) for s in steps), dtype=np.int64)
     final = graph_at(int(steps[-1]))
     token = int(final.logit_tokens[0])
@@ -75,7 +81,10 @@ def formation(steps, graph_at, node_threshold: float, edge_threshold: float, tok
     layer, position, feature = (int(v) for v in final.features[source])
     words = f"{node_long_label(final, source, token_text)} → {token_text(token)!r}"
     del final
-    weights = np.array([link_weight(graph_at(int(s)), layer, position, feature, token) for s in steps[:-1]]
-                       + [w_final])
+    weights = []
+    for s in steps[:-1]:
+        g = graph_at(int(s))
+        weights.append(link_weight(g, layer, position, feature, token, aligned_at(int(s), layer)))
+    weights = np.array(weights + [w_final])
     return CircuitFormation(steps, weights, w_final, formed_step(steps, weights, w_final), words, token_text(token),
                             SHARE, text)

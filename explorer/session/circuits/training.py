@@ -22,7 +22,11 @@ unexplained went from 0.041 (the neighbour's set as it was) to 1.11 at the defau
 tenth (0.028 at a thirtieth; 0.044 fitted from scratch), decoder rows 0.99 aligned with the neighbour's;
 at step 500, 0.39 → 0.066 at a tenth, 0.12 at a thirtieth. And a guard: each layer's fitted
 transcoder is kept only if it explains this step's held-out MLP output at least as well as its
-neighbour's did; otherwise the neighbour's is kept (its metadata says so).
+neighbour's did; otherwise the neighbour's is kept (its metadata says so). Where neither explains
+half of the step's MLP output (UNALIGNED_FVU; measured: the run's step 0, a random model whose MLP
+outputs are ~100× smaller than at step 250, left 117 and 17 of it unexplained after the warm start),
+that layer is fitted from scratch at the default rate and marked `aligned: False`: its feature i is
+not the anchor's feature i, and formation.py does not compare across it.
 """
 from __future__ import annotations
 
@@ -38,6 +42,7 @@ METRIC_LOGITS = 1 << 25  # tokens × vocabulary the metrics' three forwards may 
 METRIC_TOKENS = 1 << 16  # and at most this many tokens (a char model)
 WARM_LR = 0.1  # a warm start's learning rate, as a share of the default (see the module docstring)
 CHECK_TOKENS = 1 << 14  # held-out tokens each walked step's fit is checked on
+UNALIGNED_FVU = 0.5  # a walked layer explaining less than half its step's MLP output is fitted afresh
 
 
 def harvest_cap(ids: torch.Tensor, n_layer: int, d: int) -> torch.Tensor:
@@ -123,12 +128,16 @@ def walk(core, run, anchor_folder, anchor, *, tokens: int, progress=None, cancel
             report(step, 0.0, "reading every MLP's input and output")
             model = follower.folder.load_step(run.scheme, step, device="cpu").eval()
             reading = (lambda d, t, m, step=step: report(step, 0.1 * d / max(t, 1), m))  # a yield between forwards
+            with harvest_mlps(model, check, cancel=cancel) as rows:
+                held_rows = [(x.clone(), y.clone()) for x, y in rows]
             with harvest_mlps(model, train, progress=reading, cancel=cancel) as pairs:
                 fitted = fit_set(pairs, width=width, k=k, tokens=tokens, init=before, cancel=cancel, lineage=lineage,
-                                 lr=warm_lr, progress=lambda d, t, m, step=step: report(step, 0.1 + 0.85 * d / max(t, 1), m))
-            report(step, 0.95, "checking the fit on held-out text")
-            with harvest_mlps(model, check, cancel=cancel) as rows:
-                before = [_better(new, old, x, y, step) for new, old, (x, y) in zip(fitted, before, rows)]
+                                 lr=warm_lr, progress=lambda d, t, m, step=step: report(step, 0.1 + 0.8 * d / max(t, 1), m))
+                report(step, 0.9, "checking the fit on held-out text")
+                before = [_better(new, old, x, y, step) for new, old, (x, y) in zip(fitted, before, held_rows)]
+                for layer, t in enumerate(before):
+                    if t.metadata["walk_fvu"] > UNALIGNED_FVU:  # no warm start explains this step: a fresh fit
+                        before[layer] = _fresh(pairs[layer], held_rows[layer], t, tokens, lineage, cancel)
             info = dataclasses.replace(core.info, run=dataclasses.replace(run, step=int(step)))
             folder = store.set_folder(info, width, k, walk=True)
             save_transcoders(before, folder, model_name=f"{core.info.name} at step {step:,}", scan=folder.name)
@@ -157,3 +166,18 @@ def _better(fitted, neighbour, x, y, step: int):
     kept.metadata = {**kept.metadata, "walk_fvu": old, "fitted_fvu": new,
                      "walk": f"kept from the neighbouring step: fitting on step {step:,} explained less"}
     return kept
+
+
+def _fresh(pair, held_pair, walked, tokens: int, lineage: str, cancel):
+    """The layer fitted from scratch (the warm start explained too little); kept if it explains more."""
+    from gptcore import fit_transcoder
+
+    inputs, targets = pair
+    t = fit_transcoder(inputs, targets, width=walked.width, k=walked.k, tokens=tokens, layer=walked.layer,
+                       cancel=cancel)
+    score = fvu(t, *held_pair)
+    if score >= walked.metadata["walk_fvu"]:
+        return walked
+    t.metadata.update({"lineage": lineage, "aligned": False, "walk_fvu": score,
+                       "walk": "fitted from scratch: no warm start explained half of this step's MLP output"})
+    return t
