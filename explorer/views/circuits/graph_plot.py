@@ -11,7 +11,8 @@ node with a quarter of the largest influence is half as large); edges are colour
 blue takes away) and grouped into width buckets by |weight| against the largest drawn, so a redraw is a
 few setData calls (as the routes graph does). Tokens are named on the bottom axis, thinned so labels
 never overlap (the last position always named); logits above their nodes ("'u' 41%"); features beside
-their nodes ("L1 #421"), the most influential first, each where it overlaps no label already placed.
+their nodes ("L1 #421"), the most influential first, each where it overlaps no node or label already placed
+and stays inside the plot.
 Every node and edge says what it is on hover.
 
 Passive: takes any object with CircuitGraph's fields (numpy arrays and plain values), emits
@@ -246,14 +247,16 @@ class CircuitGraphPlot(pg.PlotWidget):
             w, h = metrics.horizontalAdvance(text) + 2, metrics.height()
             x, y = self._x[i] / ux + dx_px - anchor_x * w, self._y[i] / uy + dy_px - h / 2
             rect = QRectF(x, y, w, h)
-            if any(rect.intersects(r) for r in placed):
+            if rect.left() < x_lo or rect.right() > x_hi or any(rect.intersects(r) for r in placed):
                 return False
             placed.append(rect)
             return True
 
+        (x0, x1), _y = self.getPlotItem().getViewBox().viewRange()
+        x_lo, x_hi = x0 / ux, x1 / ux  # a label must stay inside the plot, not run off its edge
         line = metrics.height()
         for i in np.flatnonzero(kind == LOGIT):  # above their nodes, the most probable first; a second line if crowded
-            text = visible_token(str(g.labels[i]))
+            text = str(g.labels[i])
             for up in (self._sizes[i] / 2 + 2, self._sizes[i] / 2 + 2 + line):
                 if place(i, text, 0, up + line / 2, 0.5):
                     self._add_text(i, text, (0.5, 1.0), "#047857", dy_px=up, font=font)
@@ -308,7 +311,7 @@ class CircuitGraphPlot(pg.PlotWidget):
             return f"error of layer {int(g.layer[i])}'s transcoder {where} · norm {value:.3g}"
         if kind == TOKEN:
             return f"token {where}"
-        return f"logit {visible_token(str(g.labels[i]))}"
+        return f"logit {str(g.labels[i])}"
 
     def text_at(self, scene_pos) -> str:
         """What is under the pointer: a node's description, else an edge's ends and weight, else ''."""
@@ -343,7 +346,7 @@ class CircuitGraphPlot(pg.PlotWidget):
             if int(g.kind[i]) == TOKEN:
                 return f"tok {visible_token(g.tokens[int(g.position[i])])!r} @{int(g.position[i])}"
             if int(g.kind[i]) == LOGIT:
-                return f"logit {visible_token(str(g.labels[i]))}"
+                return f"logit {str(g.labels[i])}"
             return f"{g.labels[i]} @{int(g.position[i])}"
 
         return f"{short(src[e])} → {short(dst[e])}: weight {float(weight[e]):+.3g}"
