@@ -23,7 +23,7 @@ from PySide6.QtCore import QObject, Signal
 from explorer.controllers.base import PanelController
 from explorer.controllers.circuits_training import KEYS, CircuitsTraining, metrics_html
 from explorer.controllers.live import LiveRequest
-from explorer.session.circuits.store import UnreadablePrompt
+from explorer.session.circuits.store import NoTranscoders, UnreadablePrompt
 from explorer.session.events import ModelSwapped
 from explorer.views.circuits.panel import CircuitsPanel
 from explorer.views.circuits.protocol import CircuitsView
@@ -114,7 +114,11 @@ class CircuitsController(CircuitsTraining, PanelController[CircuitsView]):
         self.view.set_metrics("")
         self.view.clear_graph("")
         self.view.set_walk_available(False)
-        self.view.set_error(self.report_error(exc, "Circuits not available").inline)
+        words = self.report_error(exc, "Circuits not available").inline
+        if isinstance(exc, NoTranscoders):  # not a fault: what to do next (Train transcoders is right above)
+            self.view.set_status(words)
+        else:
+            self.view.set_error(words)
         self.mark_ready()  # the reason there is no graph is on screen
 
     # -- the graph -------------------------------------------------------------------------------------
