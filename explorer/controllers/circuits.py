@@ -23,6 +23,7 @@ from PySide6.QtCore import QObject, Signal
 from explorer.controllers.base import PanelController
 from explorer.controllers.circuits_training import KEYS, CircuitsTraining, metrics_html
 from explorer.controllers.live import LiveRequest
+from explorer.session.circuits.domain import EDIT_SOURCE
 from explorer.session.circuits.store import NoTranscoders, UnreadablePrompt
 from explorer.session.events import ModelSwapped
 from explorer.views.circuits.panel import CircuitsPanel
@@ -30,7 +31,6 @@ from explorer.views.circuits.protocol import CircuitsView
 
 DEBOUNCE_MS = 150
 DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
-EDIT_PREFIX = "transcoders "  # explorer/session/circuits/domain.py's EDIT_SOURCE
 
 
 class CircuitsController(CircuitsTraining, PanelController[CircuitsView]):
@@ -127,7 +127,7 @@ class CircuitsController(CircuitsTraining, PanelController[CircuitsView]):
             return False
         session, text = self.ctx.session, self.view.prompt_text()
         node_t, edge_t = self.view.thresholds()
-        self.view.set_status(f"computing the graph of {len(text):,} characters…")
+        self.view.set_status("computing the graph…")
         return self.submit(KEYS["graph"], lambda token, _p: session.circuits.graph(text, node_t, edge_t),
                            on_result=self._show_graph, on_error=self._graph_failed, on_finished=done) > 0
 
@@ -203,7 +203,7 @@ class CircuitsController(CircuitsTraining, PanelController[CircuitsView]):
 
     def _own_edits(self) -> bool:
         ablation = self.ctx.session.interp.ablation
-        return bool(ablation.features) and ablation.feature_source.startswith(EDIT_PREFIX)
+        return bool(ablation.features) and ablation.feature_source.startswith(EDIT_SOURCE)
 
     def _clamped(self) -> list:
         return [key for key, _v in self._held()] if self._own_edits() else []
@@ -278,6 +278,8 @@ def graph_info_html(graph, formation=None) -> str:
              f"{graph.seconds:.2f} s"]
     if graph.edits:
         parts.append(f"<span style='color:#dc2626'>edited: {len(graph.edits)} feature(s) held</span>")
+    if graph.note:
+        parts.append(f"<span style='color:#b45309'>{html.escape(graph.note)}</span>")
     text = " · ".join(parts)
     if formation is not None and formation.text == graph.text:
         if formation.formed_step is None:

@@ -143,6 +143,13 @@ def test_an_edit_is_session_state_the_model_and_the_graph_follow(session):
     assert all(g2.value[j] == pytest.approx(3.0) for j in held)  # the clamped feature shows at its value
     session.interp.clear_ablation()
     assert not session.interp.ablation.active
+    from gptcore import neuron_dictionary  # another panel's edit (the Features panel's neurons): drawn, and said
+
+    session.interp.set_feature_edits(neuron_dictionary(session.model, 1), {3: 0.0}, "layer 1 MLP neurons")
+    g3 = session.circuits.graph(PROMPT)
+    assert g3.edits == () and g3.note.startswith("feature 3 ablated (layer 1 MLP neurons) is in force")
+    session.interp.clear_ablation()
+    assert session.circuits.graph(PROMPT).note == ""
 
 
 def test_bad_input_is_refused_by_name(session, trained, tmp_path, monkeypatch):

@@ -148,7 +148,7 @@ class CircuitsDomain:
         run = self.core.info.run
         view = pruned_view(computed.graph, computed.influence, node_threshold, edge_threshold, self._token_text,
                            seconds=computed.seconds, text=text, step=run.step if run is not None else None,
-                           edits=computed.edits, version=computed.version)
+                           edits=computed.edits, note=self._foreign_edit_note(), version=computed.version)
         computed.kept = view.node_ids
         with self._lock:
             self._graph = computed
@@ -316,6 +316,14 @@ class CircuitsDomain:
     def _own_edits_held(self) -> bool:
         ablation = self.core.interp.ablation
         return bool(ablation.features) and ablation.feature_source.startswith(EDIT_SOURCE)
+
+    def _foreign_edit_note(self) -> str:
+        """Another panel's feature edit (an SAE's) in words: the graph keeps what it changes fixed."""
+        ablation = self.core.interp.ablation
+        if not ablation.features or self._own_edits_held():
+            return ""
+        return (f"{ablation.features_text()} ({ablation.feature_source}) is in force: the graph takes what it "
+                f"changes as fixed at this prompt's run")
 
     def _refuse_ablation(self) -> None:
         ablation = self.core.interp.ablation

@@ -66,6 +66,7 @@ class CircuitGraph:
     text: str = ""
     step: int | None = None  # the run's step shown, if a run's model
     edits: tuple = ()  # ((layer, feature), value) of the transcoder features held while it was computed
+    note: str = ""  # what else shaped it (another panel's feature edit, frozen into the prompt's run)
     version: int = 0
 
     @property
