@@ -180,32 +180,18 @@ def test_bad_input_is_refused_by_name(session, trained, tmp_path, monkeypatch):
 
 
 def related_char_run(root, steps=(0, 10, 20)):
-    """A run folder of a 5-character model (as test_session_features._char_run writes one) whose kept steps are
-    one model drifting a little from step to step, as training does: a warm start from a neighbour fits."""
-    import json
-
-    from gptcore.model.config import GPTConfig
+    """test_session_features' run folder of a 5-character model, its kept steps rewritten as one model
+    drifting a little from step to step, as training does: a warm start from a neighbour fits."""
     from gptcore.model.gpt import GPT
-    from gptcore.training.run import RunFolder
-    from gptcore.training.trace import TraceWriter
+    from tests.explorer.test_session_features import _char_run
 
-    text = root.parent / "corpus.txt"
-    text.write_text(("abc cab\nba ac cba\n" * 400), encoding="utf-8")
-    folder = RunFolder(root)
-    config = GPTConfig(vocab_size=5, block_size=32, n_layer=1, n_head=2, n_embd=16)
-    folder.start({"schemes": ["gpt2"], "model_config": config.to_dict(), "train_config": {"max_iters": steps[-1]},
-                  "corpus": {"name": "corpus.txt", "source": str(text)},
-                  "tokenizer": {"kind": "char", "vocab": "char_vocab.json"}}, resume=False)
-    (root / "char_vocab.json").write_text(json.dumps({"format": "gptcore-char-vocab-1", "chars": list("\n abc")}))
-    model, gen = GPT(config, init="gpt2", seed=0), torch.Generator().manual_seed(1)
-    with TraceWriter(folder.trace) as w:
-        w.write("start", run="x", schemes=["gpt2"], step=0, max_iters=steps[-1], resumed=False, world_size=1)
-        for step in steps:
-            with torch.no_grad():
-                for p in model.parameters():
-                    p.add_(0.1 * p.std().nan_to_num(0.02) * torch.randn(p.shape, generator=gen))
-            w.write("checkpoint", scheme="gpt2", step=step, latest="ckpt.pt",
-                    path=folder.relative(folder.save_step_weights(model, "gpt2", step)))
+    folder = _char_run(root, steps)
+    model, gen = GPT(folder.load_step("gpt2", steps[0]).config, init="gpt2", seed=0), torch.Generator().manual_seed(1)
+    for step in steps:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.1 * p.std().nan_to_num(0.02) * torch.randn(p.shape, generator=gen))
+        folder.save_step_weights(model, "gpt2", step)
     return folder
 
 
