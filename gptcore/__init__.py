@@ -85,6 +85,8 @@ _LAZY = {
     "load_transcoders": "interp.circuits.files",
     "graph_json": "interp.circuits.export",
     "save_graph_json": "interp.circuits.export",
+    "transcoder_edit": "interp.circuits.edit",
+    "edited_transcoders": "interp.circuits.edit",
 }
 
 __all__ = ["ConfigError", "GPTConfig", "PRESETS", "ParamCount", "count_parameters", *_LAZY]

@@ -4,7 +4,7 @@ This is the core: model, tokenizer, device, `lock`, one `version`, `events`. The
 domains that take the core explicitly and are called by name, each in its own subpackage
 (`<domain>/domain.py`, its results in `<domain>/results.py`): `session.attention`,
 `session.generation`, `session.residual`, `session.interp` (ablation, attribution, patching,
-census), `session.training`, `session.routes`, `session.features`; getting a model (reading,
+census), `session.training`, `session.routes`, `session.features`, `session.circuits`; getting a model (reading,
 drawing one) is models.py. The core
 never forwards to them: callers write `session.attention.capture(text)`. The domains are one
 table, `DOMAINS` (a new panel's domain is one line there); `bump_version` walks it and calls each
@@ -50,6 +50,7 @@ from explorer.session.residual.domain import ResidualDomain
 from explorer.session.routes.domain import RoutesDomain
 from explorer.session.training.domain import TrainingDomain
 from explorer.session.features.domain import FeaturesDomain
+from explorer.session.circuits.domain import CircuitsDomain
 
 # The session's domains, by the attribute they are called by: each takes the core, and may define
 # `forget()` (drop what it kept for the old state; bump_version calls it on every change).
@@ -61,6 +62,7 @@ DOMAINS: dict[str, type] = {
     "training": TrainingDomain,
     "routes": RoutesDomain,
     "features": FeaturesDomain,
+    "circuits": CircuitsDomain,
 }
 
 

@@ -94,13 +94,23 @@ class AblationState:
         return " · ".join(words)
 
     def features_text(self) -> str:
-        """'feature 12 ablated', 'feature 7 → 5', '3 features edited' ('' when none)."""
+        """'feature 12 ablated', 'feature 7 → 5', 'L1 #421 → 5' (a transcoder's), '3 features edited' ('' when none)."""
         if not self.features:
             return ""
         if len(self.features) == 1:
             feature, value = self.features[0]
-            return f"feature {feature} ablated" if value == 0 else f"feature {feature} → {value:g}"
+            name = feature_name(feature)
+            return f"{name} ablated" if value == 0 else f"{name} → {value:g}"
         return f"{len(self.features)} features edited"
+
+
+def feature_name(feature) -> str:
+    """How a held feature is named: 'feature 12' (a dictionary's index), 'L1 #421' (layer 1's transcoder
+    feature 421: the Circuits panel holds (layer, index) pairs)."""
+    if isinstance(feature, tuple):
+        layer, index = feature
+        return f"L{layer} #{index}"
+    return f"feature {feature}"
 
 
 NO_ABLATION = AblationState()

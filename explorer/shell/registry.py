@@ -58,6 +58,7 @@ PANELS: list[PanelSpec] = [
     PanelSpec("train", "Train", "Ctrl+6", "train:TrainController", needs_model=False),
     PanelSpec("routes", "Routes", "Ctrl+7", "routes:RoutesController"),
     PanelSpec("features", "Features", "Ctrl+8", "features:FeaturesController"),
+    PanelSpec("circuits", "Circuits", "Ctrl+9", "circuits:CircuitsController"),
 ]
 
 

@@ -109,7 +109,23 @@ def _show_features(qtbot, window, page) -> None:
     assert "held-out tokens" in page.view.status.text()
 
 
-SHOW = {"features": _show_features, "attention": _show_attention, "generation": _show_generation, "attribution": _show_attribution,
+def _show_circuits(qtbot, window, page) -> None:
+    """Transcoders trained in the panel on a small text, then the prompt's graph."""
+    import tempfile
+    from pathlib import Path
+
+    c = page.controller
+    corpus = Path(tempfile.mkdtemp(prefix="stale-circuits-")) / "corpus.txt"
+    corpus.write_text("the quick brown fox jumps over the lazy dog while the cat sleeps " * 80, encoding="utf-8")
+    qtbot.waitUntil(lambda: "Train transcoders" in page.view.status.text(), timeout=WAIT_MS)  # none yet: offered
+    with qtbot.waitSignal(c.drawn, timeout=WAIT_MS):
+        page.view.trainRequested.emit(dict(width=64, k=4, tokens=8192, corpus="file", path=str(corpus)))
+    _quiet(qtbot, window)
+    assert c.graph.n_kept > 0 and "transcoders miss" in page.view.info.text()
+    assert "variance unexplained" in page.view.metrics.text()
+
+
+SHOW = {"circuits": _show_circuits, "features": _show_features, "attention": _show_attention, "generation": _show_generation, "attribution": _show_attribution,
         "config": _show_config, "residual": _show_residual, "routes": _show_routes, "train": _show_train}
 
 
@@ -151,6 +167,10 @@ def _after_swap(window, page, name: str, old_model: str) -> None:
         assert page.controller.graph is None  # the old prompt's graph is off screen
     elif name == "features":
         assert page.controller.table is None and page.view.table.model.rowCount() == 0  # the old model's features
+    elif name == "circuits":  # the old model's graph, metrics and transcoders are gone
+        c = page.controller
+        assert c.graph is None and c.tset is None and view.plot.drawn_edges == 0 and view.info.text() == ""
+        assert view.metrics.text() == "" and MODEL_CHANGED in view.status.text()
     elif name == "train":
         assert "another model is loaded" in view.step_label.text()  # not "step 20 shown" any more
         assert window.banner.isHidden() or "Training run" not in window.banner.text()
@@ -179,6 +199,9 @@ def _settled(qtbot, window, page, name: str) -> None:
     elif name == "routes":
         qtbot.waitUntil(lambda: c.result is not None and c.result.version == window.session.version, timeout=WAIT_MS)
         assert "computing" not in view.status_label.text() and "→ predicts" in view.target_label.text()
+    elif name == "circuits":  # the new model has no transcoders: said, and training offered; nothing drawn
+        qtbot.waitUntil(lambda: "Train transcoders" in view.status.text(), timeout=WAIT_MS)
+        assert c.graph is None and view.plot.drawn_edges == 0 and "out of date" not in view.status.text()
 
 
 def _after_ablation(window, page, name: str) -> None:
@@ -197,6 +220,8 @@ def _after_ablation(window, page, name: str) -> None:
         assert window.session.info.name in view.loaded_label.text()  # an ablation is not a new model
     elif name == "routes":
         assert "ablation changed" in view.rank_label.text()  # the old ranking is marked: rank again
+    elif name == "circuits":
+        assert "ablation changed" in view.status.text()
 
 
 def _after_ablation_settled(qtbot, window, page, name: str) -> None:

@@ -102,10 +102,12 @@ class Interpretability:
             self.set_feature_edits(None, {})
         return self.set_ablation((), (), self._ablation.mode if self._ablation.mode in APP_MODES else "zero")
 
-    def set_feature_edits(self, dictionary, edits: dict, source: str = "") -> AblationState:
+    def set_feature_edits(self, dictionary, edits: dict, source: str = "", editor=None) -> AblationState:
         """Hold features of `dictionary` (an SAE or a layer's neurons) at the given values for every panel
         (gptcore.sae_edit: the SAE's error term kept, so only these features change); {} clears. Announced
-        as an ablation change: the status bar's badge says it, Reset clears it."""
+        as an ablation change: the status bar's badge says it, Reset clears it. `editor(model, dictionary,
+        edits)`: the context manager that makes the edit, sae_edit by default (the Circuits panel passes
+        gptcore.transcoder_edit, a set of transcoders and {(layer, feature): value})."""
         from gptcore import sae_edit
 
         with self.core.lock:
@@ -113,7 +115,7 @@ class Interpretability:
             before = self._ablation
             entered = None
             if edits:
-                entered = sae_edit(model, dictionary, edits)
+                entered = (editor or sae_edit)(model, dictionary, edits)
                 entered.__enter__()  # refuses a bad feature or value before anything changes
             self._exit_feature_edit()
             self._feature_edit = entered

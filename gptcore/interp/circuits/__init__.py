@@ -8,7 +8,9 @@
 - frozen / graph / graph_result — `attribution_graph`: the frozen replacement model run backwards
   for all targets at once, an `AttributionGraph` of exact direct effects;
 - prune — `prune_graph`, circuit-tracer's pruning; export — its frontend's graph JSON;
-- files — `save_transcoders` / `load_transcoders` in circuit-tracer's per-layer safetensors layout.
+- files — `save_transcoders` / `load_transcoders` in circuit-tracer's per-layer safetensors layout;
+- edit — `transcoder_edit` (clamp or ablate features in the model, as `sae_edit` does for an SAE) and
+  `edited_transcoders` (the same edit as an attribution graph reads it).
 
 Names are public at the package top (`gptcore.attribution_graph`, ...); import them from there.
 """

@@ -1,0 +1,1 @@
+"""The Circuits panel (issue 38): attribution graphs over transcoder features."""
