@@ -229,7 +229,11 @@ class FeaturesController(FeatureTraining, FeatureDashboardPart, PanelController[
 
     # -- editing (session state) -------------------------------------------------------------------------
     def edit(self, feature: int, value: float) -> None:
-        held = dict(self.ctx.session.interp.ablation.features)
+        state = self.ctx.session.interp.ablation
+        source = self.table.source.describe() if self.table is not None else ""
+        # Edits held for another dictionary (another SAE, or the Circuits panel's transcoders) are replaced,
+        # not merged: the session holds one dictionary's edits at a time, and their indices mean other features.
+        held = dict(state.features) if state.feature_source == source else {}
         held[int(feature)] = float(value)
         self.ctx.change_ablation(lambda session: session.features.edit(held), on_error=self._edit_failed)
 

@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Union
 
-from explorer.session.results import AblationState, ModelInfo
+from explorer.session.results import AblationState, ModelInfo, feature_name
 
 log = logging.getLogger("explorer")
 
@@ -85,7 +85,8 @@ def _feature_change(before: tuple, after: tuple) -> str:
         return "the feature edits were reset"
     if len(changed) == 1 and set(was) <= set(now):
         feature, value = changed[0]
-        return f"feature {feature} ablated" if value == 0 else f"feature {feature} clamped at {value:g}"
+        name = feature_name(feature)
+        return f"{name} ablated" if value == 0 else f"{name} clamped at {value:g}"
     return f"the feature edits changed (now {AblationState(features=after).features_text()})"
 
 

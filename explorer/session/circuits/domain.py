@@ -74,11 +74,11 @@ class CircuitsDomain:
         """The set saved last for the model shown (this step of a run), opened and checked against the
         model; its metrics read from beside it, or measured now (on the model without any edit) and saved."""
         tset, transcoders = self._current()
-        if tset.metrics or self.core.interp.ablation.active:
+        if tset.metrics:
             return tset
         _train, held, name = self._corpus_ids(corpus, path)
         model = self.core.require_model()
-        with self.core.lock:
+        with self.core.lock, model.hooks_suspended():  # the model itself, whatever is edited for viewing
             metrics = training.measure(model, transcoders, training.metric_sample(held, model.config.vocab_size),
                                        cancel)
         store.save_metrics(tset.folder, training.clean(metrics), name)
@@ -105,7 +105,9 @@ class CircuitsDomain:
         if progress is not None:
             progress(0, 1, f"reading every MLP's input and output on {ids.numel():,} tokens of {name}…")
         with contextlib.ExitStack() as stack:
-            with self.core.lock:  # one model's rows: nothing runs in between (the module docstring of training.py)
+            # One model's rows: nothing runs in between (the module docstring of training.py), and the model
+            # itself, with any ablation or feature edit held for viewing set aside (as SAEs are trained).
+            with self.core.lock, model.hooks_suspended():
                 pairs = stack.enter_context(harvest_mlps(model, ids, cancel=cancel))
             transcoders = training.fit_set(pairs, width=int(width), k=int(k), tokens=int(tokens), seed=seed,
                                            progress=progress, cancel=cancel, lineage=folder.name)
