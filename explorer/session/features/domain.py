@@ -65,7 +65,7 @@ class FeaturesDomain:
             if folder is None:
                 raise FeaturesError(f"no SAE has been trained on layer {layer}'s {site} for this model yet: set the "
                                     f"width, k and tokens and press Train SAE (or choose Neurons)")
-            dictionary = load_sae(folder)
+            dictionary = load_sae(folder).to(model.device)  # where the model is, as a freshly trained one
             check_sae_fits(model, dictionary)
             source = FeatureSource("sae", int(layer), site, dictionary.hook, dictionary.width, dictionary.k, str(folder))
         else:
@@ -88,7 +88,7 @@ class FeaturesDomain:
         if progress is not None:
             progress(0, tokens, f"fitting on {rows.shape[0]:,} tokens of {name}")
         sae = fit_sae(rows, width=int(width), k=int(k), tokens=int(tokens), seed=seed, progress=progress,
-                      cancel=cancel, hook=hook)
+                      cancel=cancel, hook=hook, device=model.device)  # trained, and kept, where the model is
         del rows
         folder = sae_folder(self.core.info, layer, site, int(width), int(k))
         save_sae(sae, folder, model_name=self.core.info.name)

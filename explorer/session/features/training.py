@@ -5,7 +5,8 @@ each fitted warm from the next one's weights (`gptcore.fit_sae(init=…)`), so f
 the ancestor of feature i at step 1,000. Each step's SAE is saved beside the run like one trained by
 hand (`<run>/sae/<scheme>-step…`), so scrubbing the Train panel's slider reopens the SAE of the step
 shown; each step's density and largest activation on the run's held-out data make the series, and a
-feature "forms" at the first step from which it stays alive at half its final strength. No Qt.
+feature "forms" at the first step from which it stays alive at half its final strength. Each step's
+model is read and its SAE fitted on the session's device. No Qt.
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def over_training(core, layer: int, site: str, *, width: int, k: int, tokens: in
     rows_cap = max(1, (64 << 20) // (4 * core.config.n_embd * train.shape[1]))
     sae, per_step = None, {}
     for i, step in enumerate(steps):
-        model = follower.folder.load_step(run.scheme, step, device="cpu").eval()
+        model = follower.folder.load_step(run.scheme, step, device=core.device).eval()
         rows = stats.hook_rows(model, train[:rows_cap], hook, cancel)  # (N, d)
         budget = first_tokens if sae is None else tokens
 
@@ -61,7 +62,7 @@ def over_training(core, layer: int, site: str, *, width: int, k: int, tokens: in
                          f"step {step:,} ({i + 1} of {len(steps)}): {message}")
 
         sae = fit_sae(rows, width=width, k=k, tokens=budget, seed=0, init=sae, progress=report, cancel=cancel,
-                      hook=hook)
+                      hook=hook, device=core.device)
         save_sae(sae, sae_folder(dataclasses.replace(core.info, run=dataclasses.replace(run, step=step)),
                                  layer, site, width, k), model_name=f"{core.info.name} at step {step:,}")
         held_rows = stats.hook_rows(model, held, hook, cancel)
