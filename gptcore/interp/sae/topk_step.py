@@ -66,6 +66,7 @@ class TopKTrainer:
         self.since_fired = torch.zeros(width, dtype=torch.int64, device=device)  # (width,)
         self.dead = torch.zeros(0, dtype=torch.int64, device=device)  # (n_dead,) what AuxK uses
         self.steps = 0
+        self.aux_alpha = AUX_ALPHA
 
     @property
     def width(self) -> int:
@@ -96,9 +97,9 @@ class TopKTrainer:
                                               2 / total_var)
         err = part + self.b_dec - x  # (B, d)
         g_out = err * (2 / total_var)  # (B, d): d loss / d reconstruction
-        dead = self.dead
-        k_aux = min(x.shape[1] // 2, dead.numel())
-        coeff = 2 * AUX_ALPHA * min(dead.numel() / (x.shape[1] // 2), 1.0) / total_var
+        dead, k_aux_full = self.dead, x.shape[1] // 2
+        k_aux = min(k_aux_full, dead.numel())
+        coeff = 2 * self.aux_alpha * min(dead.numel() / k_aux_full, 1.0) / total_var
         table, lat, g_lat, w_lat = g_out, idx, g_vals, act
         dense_aux = dead.numel() <= self.dense_aux_limit * k_aux
         if k_aux and not dense_aux:  # many dead: their top k_aux join the sparse gradient
@@ -134,7 +135,8 @@ class TopKTrainer:
         dead_pre = pre.index_select(1, dead)  # (B, n_dead)
         acts = dead_pre.float().clamp_min(0)  # (B, n_dead)
         if dead.numel() > k_aux:  # keep each row's top k_aux
-            keep = torch.zeros_like(acts, dtype=torch.bool).scatter_(1, dead_pre.topk(k_aux, dim=1).indices, True)
+            top = dead_pre.topk(k_aux, dim=1, sorted=False).indices  # (B, k_aux): as the sparse form picks
+            keep = torch.zeros_like(acts, dtype=torch.bool).scatter_(1, top, True)
             acts *= keep
         rows = self.W_dec.index_select(0, dead)  # (n_dead, d)
         g_ehat = (_mm(acts, rows, dt) + err) * coeff  # (B, d)
