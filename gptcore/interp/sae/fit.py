@@ -8,6 +8,12 @@ not fired for `dead_tokens` tokens counts as dead and is pulled back by AuxK. Th
 warms up over the first 5 % of steps and decays linearly to zero over the last 20 %. The scale
 is folded back at the end, so the SAE returned reads and writes raw activations.
 
+Two additions against dead latents (issue 39): b_enc starts so that every latent fires on the same
+share of the data (`_equal_start`), and until the decay a dead latent's b_enc is raised to where it
+fires again (`TopKTrainer._revive`). On the bench's char model (2 layers, 128 wide; width 1,024,
+k 16, 2M tokens) the latents silent on 8,192 held-out tokens went from 28 % to 13 %, explained
+variance unchanged (0.977 → 0.979).
+
 Rows are drawn with replacement from a seeded generator on the host (a few microseconds a batch),
 so a seed gives the same SAE on the same machine, thread count and device, and the same rows on
 every device. Training runs where the activations are (a CUDA tensor: on that card) or on
@@ -33,6 +39,8 @@ Cancel = Optional[Callable[[], bool]]
 STATS_ROWS = 65536  # rows that set the input scale and b_dec's start
 DEAD_TOKENS_MAX = 10_000_000  # sparsify's threshold; short runs use a twentieth of their tokens
 READINGS = 200  # how many times a run reads its loss back (progress, divergence check)
+START_ROWS = 8192  # rows that set b_enc's start (_equal_start)
+START_FLOATS = 1 << 25  # pre-activations computed at a time for it (128 MB)
 DEAD_READS = 8  # the dead set is read this many times per dead threshold's worth of tokens
 
 
@@ -75,11 +83,14 @@ def fit_sae(acts, *, width: int, k: int, tokens: int, seed: int = 0, progress: P
     if init is not None:  # the encoder too: raw units in, the trainer's scaled units inside (see _to_sae)
         trainer.enc.copy_(init.W_enc.detach().float().t())
         trainer.b_enc.copy_(init.b_enc.detach().float() * scale)
+    else:
+        _equal_start(trainer, source, scale, k, gen)
     every = max(1, steps // READINGS)
     for step in range(steps):
         if cancel is not None and cancel():
             raise Cancelled("SAE training cancelled")
         trainer.set_lr(base_lr * _lr_factor(step, steps))
+        trainer.revive = step < steps - _decay_steps(steps)  # latents revived then must live through the decay
         x = source.rows(torch.randint(source.shape[0], (batch,), generator=gen)) * scale  # (batch, d)
         fvu = trainer.step(x)  # a 0-dim tensor: reading it waits for the step
         if (step + 1) % every == 0 or step + 1 == steps:
@@ -93,6 +104,22 @@ def fit_sae(acts, *, width: int, k: int, tokens: int, seed: int = 0, progress: P
     sae.metadata = {"training_tokens": steps * batch, "batch": batch, "lr": base_lr, "seed": int(seed),
                     "input_scale": scale}
     return sae
+
+
+def _equal_start(trainer: TopKTrainer, source, scale: float, k: int, gen) -> None:
+    """b_enc so that every latent starts out firing on the same share k/width of the rows: minus
+    its pre-activation's (1 - k/width) quantile over a sample of START_ROWS rows. Why: with random
+    directions and b_enc = 0, the latents nearest the data's main directions win every top-k and
+    the others never fire, so never learn; on the char model of issue 39 this alone took the
+    latents silent on 8,192 held-out tokens from 28 % to 18 %. Latents a chunk at a time (memory)."""
+    n = source.shape[0]
+    m = min(n, START_ROWS)
+    x = source.rows(torch.randint(n, (m,), generator=gen)) * scale - trainer.b_dec  # (m, d)
+    rank = m - max(1, round(m * k / trainer.width))  # the k/width share of m rows lies above this one
+    per = max(1, START_FLOATS // m)
+    for start in range(0, trainer.width, per):
+        pre = x @ trainer.enc[start:start + per].t()  # (m, per)
+        trainer.b_enc[start:start + per] = -pre.kthvalue(rank, dim=0).values
 
 
 def _check_init(init, d: int, width: int) -> None:
@@ -115,10 +142,14 @@ def _steps(tokens, batch) -> int:
 def _lr_factor(step: int, steps: int) -> float:
     """Linear warm-up over the first 5 % of steps, constant, linear decay to 0 over the last 20 %."""
     warm = max(1, steps // 20)
-    decay = max(1, steps // 5)
+    decay = _decay_steps(steps)
     if step < warm:
         return (step + 1) / warm
     return min(1.0, (steps - step) / decay)
+
+
+def _decay_steps(steps: int) -> int:
+    return max(1, steps // 5)
 
 
 def _input_stats(source, gen) -> tuple[float, torch.Tensor]:
