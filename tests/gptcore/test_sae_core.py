@@ -116,6 +116,40 @@ def test_a_step_keeps_decoder_rows_unit_norm_and_counts_firing():
     assert 0 < int(fired.sum()) <= 64 and set(tr.since_fired.unique().tolist()) <= {0, 32}
 
 
+def test_a_dead_latent_is_revived_while_revive_is_on_and_stays_dead_otherwise():
+    """issue 39: its b_enc is raised to where it would make the top k of its share of a batch."""
+    fired = {}
+    for revive in (False, True):
+        tr, x = trainer("cpu", torch.float32, B=256)
+        tr.b_enc[:5] = -100.0  # five latents that can never win
+        tr.since_fired[:5] = 1  # and have been silent past dead_tokens (0)
+        tr.revive = revive
+        gen = torch.Generator().manual_seed(4)
+        for _ in range(3):
+            tr.step(3 * torch.randn(256, 16, generator=gen))
+        fired[revive] = int((tr.since_fired[:5] == 0).sum())
+        assert float(tr.b_enc[:5].max()) > -10 if revive else float(tr.b_enc[:5].max()) < -99
+    assert fired == {False: 0, True: 5}
+
+
+def test_each_latent_starts_out_firing_on_the_same_share_of_the_rows():
+    """issue 39: b_enc = minus each latent's (1 - k/width) quantile of its pre-activation on a sample."""
+    from gptcore.interp.sae import fit
+    from gptcore.interp.sae.sources import as_source
+
+    x = data(n=2000)
+    tr, _ = trainer("cpu", torch.float32, W=96, k=4)
+    source = as_source(x)
+    fit._equal_start(tr, source, 0.05, 4, torch.Generator().manual_seed(0))
+    sample = source.rows(torch.randint(2000, (2000,), generator=torch.Generator().manual_seed(0))) * 0.05
+    pre = (sample - tr.b_dec) @ tr.enc.T  # (2000, 96)
+    spread = (pre > 0).sum(0)
+    assert int(spread.max() - spread.min()) > 300  # with b_enc = 0 the shares differ widely
+    on = (pre + tr.b_enc > 0).sum(0)  # (96,) rows where each latent would be positive
+    share = round(2000 * 4 / 96)  # 83; fewer where the sample drew its threshold row twice (with replacement)
+    assert int(on.max()) == share and int(on.min()) >= share - 3
+
+
 def data(n=4000, d=16, seed=3):
     gen = torch.Generator().manual_seed(seed)
     return 5.0 + 20.0 * torch.randn(n, d, generator=gen)  # far from unit scale: the fold must undo it

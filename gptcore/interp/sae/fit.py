@@ -39,8 +39,8 @@ Cancel = Optional[Callable[[], bool]]
 STATS_ROWS = 65536  # rows that set the input scale and b_dec's start
 DEAD_TOKENS_MAX = 10_000_000  # sparsify's threshold; short runs use a twentieth of their tokens
 READINGS = 200  # how many times a run reads its loss back (progress, divergence check)
-START_ROWS = 8192  # rows that set b_enc's start (_equal_start)
-START_FLOATS = 1 << 25  # pre-activations computed at a time for it (128 MB)
+START_ROWS = 4096  # rows that set b_enc's start (_equal_start): one batch's worth
+START_FLOATS = 1 << 23  # pre-activations computed at a time for it (32 MB)
 DEAD_READS = 8  # the dead set is read this many times per dead threshold's worth of tokens
 
 
@@ -115,7 +115,7 @@ def _equal_start(trainer: TopKTrainer, source, scale: float, k: int, gen) -> Non
     n = source.shape[0]
     m = min(n, START_ROWS)
     x = source.rows(torch.randint(n, (m,), generator=gen)) * scale - trainer.b_dec  # (m, d)
-    rank = m - max(1, round(m * k / trainer.width))  # the k/width share of m rows lies above this one
+    rank = max(1, m - max(1, round(m * k / trainer.width)))  # the k/width share of the rows lies above it
     per = max(1, START_FLOATS // m)
     for start in range(0, trainer.width, per):
         pre = x @ trainer.enc[start:start + per].t()  # (m, per)

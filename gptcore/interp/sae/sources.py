@@ -30,7 +30,8 @@ CPU = torch.device("cpu")
 class TensorRows:
     """Rows of an in-memory (N, d) tensor, any float dtype, as float32 on `device` per batch."""
 
-    def __init__(self, acts: torch.Tensor, device: torch.device):
+    def __init__(self, acts: torch.Tensor, device: torch.device | None = None):
+        device = acts.device if device is None else device
         if acts.device != device and device.type != "cpu" and acts.nbytes <= device_room(device):
             acts = acts.to(device)  # once, in its own dtype
         self.acts, self.device = acts, device
@@ -69,14 +70,15 @@ def device_room(device: torch.device) -> int:
 
 
 def training_device(device, default: torch.device) -> torch.device:
-    """`device` (a name or torch.device; None: `default`) with a GPU's index made explicit, so that
-    "cuda" and "cuda:0" compare equal."""
+    """Where an SAE trains: `device` (a name or torch.device; None: `default`), a GPU's index made
+    explicit so that "cuda" and "cuda:0" compare equal. Apple's MPS trains on the CPU, as before
+    issue 37: the step's embedding bags, sort and kthvalue are not verified there."""
     from gptcore.io.loading import resolve_device
 
     device = default if device is None else resolve_device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    return device
+    return CPU if device.type == "mps" else device
 
 
 class ActivationCache:

@@ -11,7 +11,9 @@ The recipe is the published TopK one (Gao et al. 2024; EleutherAI sparsify): uni
 rows (the gradient's component along each row removed before the step, rows renormalised after),
 AuxK on dead latents (the top k_aux = d/2 of them reconstruct the main residual, weight 1/32,
 scaled down while few are dead), loss = FVU (squared error over the batch's total variance), Adam.
-Internally the encoder is kept as (width, d) rows so its gradient is written row by row.
+Internally the encoder is kept as (width, d) rows so its gradient is written row by row. One
+addition (issue 39), on when `revive` is set: each time the dead set is read, a dead latent's
+b_enc is raised to where it would fire again (`_revive`).
 
 On any device: every tensor lives where the decoder given is. A step asks the host nothing (no
 `.item()`, no boolean indexing, no bincount, whose size is read back): on a GPU the Python loop
