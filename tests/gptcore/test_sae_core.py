@@ -133,7 +133,7 @@ def test_a_dead_latent_is_revived_while_revive_is_on_and_stays_dead_otherwise():
 
 
 def test_each_latent_starts_out_firing_on_the_same_share_of_the_rows():
-    """issue 39: b_enc = minus each latent's (1 - k/width) quantile of its pre-activation on a sample."""
+    """issue 39: b_enc = minus each latent's (1 - 4 k/width) quantile of its pre-activation on a sample."""
     from gptcore.interp.sae import fit
     from gptcore.interp.sae.sources import as_source
 
@@ -146,7 +146,7 @@ def test_each_latent_starts_out_firing_on_the_same_share_of_the_rows():
     spread = (pre > 0).sum(0)
     assert int(spread.max() - spread.min()) > 300  # with b_enc = 0 the shares differ widely
     on = (pre + tr.b_enc > 0).sum(0)  # (96,) rows where each latent would be positive
-    share = round(2000 * 4 / 96)  # 83; fewer where the sample drew its threshold row twice (with replacement)
+    share = round(2000 * 4 * fit.START_SHARE / 96)  # 333; fewer where the sample drew a row twice (with replacement)
     assert int(on.max()) == share and int(on.min()) >= share - 3
 
 

@@ -41,6 +41,7 @@ DEAD_TOKENS_MAX = 10_000_000  # sparsify's threshold; short runs use a twentieth
 READINGS = 200  # how many times a run reads its loss back (progress, divergence check)
 START_ROWS = 4096  # rows that set b_enc's start (_equal_start): one batch's worth
 START_FLOATS = 1 << 23  # pre-activations computed at a time for it (32 MB)
+START_SHARE = 4  # each latent starts positive on START_SHARE * k / width of the rows
 DEAD_READS = 8  # the dead set is read this many times per dead threshold's worth of tokens
 
 
@@ -107,15 +108,18 @@ def fit_sae(acts, *, width: int, k: int, tokens: int, seed: int = 0, progress: P
 
 
 def _equal_start(trainer: TopKTrainer, source, scale: float, k: int, gen) -> None:
-    """b_enc so that every latent starts out firing on the same share k/width of the rows: minus
-    its pre-activation's (1 - k/width) quantile over a sample of START_ROWS rows. Why: with random
-    directions and b_enc = 0, the latents nearest the data's main directions win every top-k and
-    the others never fire, so never learn; on the char model of issue 39 this alone took the
-    latents silent on 8,192 held-out tokens from 28 % to 18 %. Latents a chunk at a time (memory)."""
+    """b_enc so that every latent starts out positive on the same share of the rows,
+    START_SHARE * k/width: minus its pre-activation's quantile there over a sample of START_ROWS
+    rows. Why: with random directions and b_enc = 0, the latents nearest the data's main directions
+    win every top-k and the others never fire, so never learn. Why 4 k/width, not k/width: at k/width
+    (as thresholds, most of the top k would start below 0) the char model's silent latents fell
+    as far but the synthetic recovery test's explained variance dropped 0.83 -> 0.82; at 4 both
+    held (measured 1, 2, 4, 8, 16). Latents a chunk at a time (memory)."""
     n = source.shape[0]
     m = min(n, START_ROWS)
     x = source.rows(torch.randint(n, (m,), generator=gen)) * scale - trainer.b_dec  # (m, d)
-    rank = max(1, m - max(1, round(m * k / trainer.width)))  # the k/width share of the rows lies above it
+    above = max(1, round(m * min(1.0, START_SHARE * k / trainer.width)))  # rows each latent starts positive on
+    rank = max(1, m - above)
     per = max(1, START_FLOATS // m)
     for start in range(0, trainer.width, per):
         pre = x @ trainer.enc[start:start + per].t()  # (m, per)
