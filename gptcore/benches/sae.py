@@ -8,9 +8,10 @@ sparse autoencoders (issues 33, 37), three figures side by side in one run, on o
    of this project);
 2. a char model's SAE: a 2-layer 128-wide char model (trained here on the CPU for --train-seconds
    on the pydoc corpus, or --model CKPT), `train_sae` on the device at width 1024, k 16, 2M tokens
-   (target < 2 min on 2 cores), then `sae_metrics` on the held-out split (bars: L0 = k, explained
-   variance >= 0.75, CE loss recovered >= 0.8, dead <= 20 %, and <= 15 % on the first 8,192
-   held-out tokens, the sample issue 39 counted on);
+   (target < 2 min on 2 cores), then `sae_metrics` on the held-out split (bars: L0 >= 0.99 k, as
+   the ReLU may cut a top-k value at or below 0 now that b_enc starts negative (issue 39);
+   explained variance >= 0.75, CE loss recovered >= 0.8, dead <= 20 %, and <= 15 % on the first
+   8,192 held-out tokens, the sample issue 39 counted on);
 3. the disk cache: a GPT-2-small-shaped model's residual activations harvested into an fp16
    memory-mapped ActivationCache, its size on disk against the peak extra host memory while
    harvesting and training from it on the device (the activations are never all in RAM).
@@ -86,12 +87,12 @@ def char_sae(args, say) -> dict:
     seconds = time.perf_counter() - start
     m = sae_metrics(model, box["sae"], val_ids)
     sample = sae_metrics(model, box["sae"], val_ids[:SAMPLE_TOKENS // 64])
-    passed = (m.l0 == 16 and m.explained_variance >= BARS["explained_variance"]
+    passed = (m.l0 >= 0.99 * 16 and m.explained_variance >= BARS["explained_variance"]
               and m.ce_loss_recovered >= BARS["ce_loss_recovered"] and m.dead_fraction <= BARS["dead_fraction"]
               and sample.dead_fraction <= BARS["dead_fraction_sample"])
     say(f"char model SAE at {args.hook} on {args.device}, width 1024, k 16, {tokens:,} tokens: {seconds:.1f} s "
         f"(target < 120 s), peak extra host memory {peak / 2**20:.0f} MB")
-    say(f"  held-out ({m.tokens:,} tokens): L0 {m.l0:.2f}, explained variance {m.explained_variance:.3f}, "
+    say(f"  held-out ({m.tokens:,} tokens): L0 {m.l0:.4f}, explained variance {m.explained_variance:.3f}, "
         f"CE loss recovered {m.ce_loss_recovered:.3f} (clean {m.ce_clean:.3f}, SAE {m.ce_sae:.3f}, "
         f"zeroed {m.ce_zero:.3f} nats), dead {m.dead_fraction:.1%} ({sample.dead_fraction:.1%} on the first "
         f"{sample.tokens:,}): {'meets' if passed else 'misses'} the bars")
