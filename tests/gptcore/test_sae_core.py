@@ -1,8 +1,6 @@
 """The SAE itself and its trainer (issue 33): SAELens's TopK semantics, the hand-written gradients
-against autograd, the published recipe's pieces, determinism, cancel/progress and refusals.
-Oracles are written here."""
-import math
-
+against autograd (on every device, in both product dtypes: issue 37), the published recipe's
+pieces, determinism, cancel/progress and refusals. Oracles are written here."""
 import pytest
 import torch
 
@@ -12,6 +10,8 @@ from gptcore.interp.sae.topk_step import TopKTrainer
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
+CUDA_MARKS = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+DEVICES = ["cpu", pytest.param("cuda", marks=CUDA_MARKS)]  # test_sae_device.py uses them too
 
 
 def random_sae(d=8, width=32, k=4, seed=0):
@@ -48,39 +48,61 @@ def test_feature_acts_and_directions_read_single_latents():
     assert torch.equal(sae.directions(feats), sae.W_dec[feats])
 
 
-@pytest.mark.parametrize("n_dead", [0, 3, 20, 40])  # none; all dead used; dense top-k_aux; sparse top-k_aux
-def test_the_hand_written_step_equals_autograd_on_the_topk_recipe(n_dead):
-    B, d, W, k = 48, 16, 96, 4
-    gen = torch.Generator().manual_seed(1)
-    dec = torch.randn(W, d, generator=gen)
-    dec /= dec.norm(dim=1, keepdim=True)
-    tr = TopKTrainer(dec, 0.1 * torch.randn(d, generator=gen), k, 1e-3, dead_tokens=0)
-    tr.enc += 0.1 * torch.randn(W, d, generator=gen)
-    tr.b_enc += torch.randn(W, generator=gen)
+def unit_rows(width, d, gen):
+    dec = torch.randn(width, d, generator=gen)
+    return dec / dec.norm(dim=1, keepdim=True)
+
+
+def trainer(device, dtype=None, n_dead=0, B=48, d=16, W=96, k=4, seed=1):
+    """A trainer with random weights on `device` (drawn on the host: the same on every device), its
+    first n_dead latents dead, and a batch x (B, d) there."""
+    gen = torch.Generator().manual_seed(seed)
+    tr = TopKTrainer(unit_rows(W, d, gen).to(device), 0.1 * torch.randn(d, generator=gen), k, 1e-3, dead_tokens=0,
+                     compute_dtype=dtype)
+    tr.enc += 0.1 * torch.randn(W, d, generator=gen).to(device)
+    tr.b_enc += torch.randn(W, generator=gen).to(device)
     tr.since_fired[:n_dead] = 1  # > dead_tokens: these are dead
-    x = 3 * torch.randn(B, d, generator=gen)
-    # oracle: sparsify's loss, autograd through dense tensors
+    return tr, (3 * torch.randn(B, d, generator=gen)).to(device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n_dead", [0, 3, 20, 40])  # none; all dead used; top-k_aux of many (dense or sparse form)
+def test_the_step_equals_autograd_on_every_device_and_product_dtype(device, dtype, n_dead):
+    """Oracle: sparsify's loss by autograd through dense tensors. With bfloat16 products the
+    pre-activations are the bfloat16 product's values (the top-k read from it), their gradient the
+    float32 one (the cast is a rounding, not a function the loss should differentiate). The top-k is
+    taken by the same call as the step's, so that bfloat16's ties break alike (dead latents are the
+    first n_dead: their columns in order)."""
+    tr, x = trainer(device, dtype, n_dead)
+    B, d, W, k = x.shape[0], x.shape[1], tr.width, tr.k
     enc, b_enc, W_dec, b_dec = (t.clone().requires_grad_() for t in (tr.enc, tr.b_enc, tr.W_dec, tr.b_dec))
-    pre = (x - b_dec) @ enc.T + b_enc
-    vals, idx = pre.topk(k)
+    exact = (x - b_dec) @ enc.T + b_enc  # (B, W)
+    low = torch.addmm(tr.b_enc.to(dtype), (x - tr.b_dec).to(dtype), tr.enc.to(dtype).t())  # what the step ranks
+    pre = exact + (low.float() - exact).detach()
+    idx = low.topk(k, dim=1, sorted=False).indices  # ranked as the step ranks (bfloat16 has ties)
+    vals = pre.gather(1, idx)
     recon = (vals.relu()[:, :, None] * W_dec[idx]).sum(1) + b_dec
     total = (x - x.mean(0)).pow(2).sum()
     e = x - recon
     loss = e.pow(2).sum() / total
     if n_dead:
         k_aux = min(d // 2, n_dead)
-        masked = torch.where(torch.arange(W)[None] < n_dead, pre, -math.inf)
-        avals, aidx = masked.topk(k_aux)
-        e_hat = (avals.relu()[:, :, None] * W_dec[aidx]).sum(1)
+        aidx = low.index_select(1, torch.arange(n_dead, device=device)).topk(k_aux, dim=1, sorted=False).indices
+        e_hat = (pre.gather(1, aidx).relu()[:, :, None] * W_dec[aidx]).sum(1)
         loss = loss + min(n_dead / (d // 2), 1.0) * (e_hat - e.detach()).pow(2).sum() / total / 32
     loss.backward()
     want_dec = W_dec.grad - (W_dec.grad * W_dec).sum(1, keepdim=True) * W_dec  # parallel part removed
     seen = {}
     tr.adam.step = lambda: seen.update({n: p.grad.clone() for n, p in zip("enc b_enc dec b_dec".split(), tr.params)})
     fvu = tr.step(x)
-    assert fvu == pytest.approx(float(e.detach().pow(2).sum() / total), rel=1e-5)
+    assert fvu.device.type == torch.device(device).type and fvu.dim() == 0  # read back only when wanted
+    assert float(fvu) == pytest.approx(float(e.detach().pow(2).sum() / total), rel=1e-5)
+    # AuxK's products run in `dtype` too: its gradients are as exact as that dtype's inputs
+    tol = dict(atol=1e-6, rtol=1e-4) if dtype == torch.float32 or not n_dead else dict(atol=3e-5, rtol=1e-3)
     for name, want in (("enc", enc.grad), ("b_enc", b_enc.grad), ("dec", want_dec), ("b_dec", b_dec.grad)):
-        assert torch.allclose(seen[name], want, atol=1e-6, rtol=1e-4), name
+        assert seen[name].device == want.device
+        assert torch.allclose(seen[name], want, **tol), name
 
 
 def test_a_step_keeps_decoder_rows_unit_norm_and_counts_firing():
@@ -92,6 +114,40 @@ def test_a_step_keeps_decoder_rows_unit_norm_and_counts_firing():
     assert torch.allclose(tr.W_dec.norm(dim=1), torch.ones(64), atol=1e-5)
     fired = tr.since_fired == 0
     assert 0 < int(fired.sum()) <= 64 and set(tr.since_fired.unique().tolist()) <= {0, 32}
+
+
+def test_a_dead_latent_is_revived_while_revive_is_on_and_stays_dead_otherwise():
+    """issue 39: its b_enc is raised to where it would make the top k of its share of a batch."""
+    fired = {}
+    for revive in (False, True):
+        tr, x = trainer("cpu", torch.float32, B=256)
+        tr.b_enc[:5] = -100.0  # five latents that can never win
+        tr.since_fired[:5] = 1  # and have been silent past dead_tokens (0)
+        tr.revive = revive
+        gen = torch.Generator().manual_seed(4)
+        for _ in range(3):
+            tr.step(3 * torch.randn(256, 16, generator=gen))
+        fired[revive] = int((tr.since_fired[:5] == 0).sum())
+        assert float(tr.b_enc[:5].max()) > -10 if revive else float(tr.b_enc[:5].max()) < -99
+    assert fired == {False: 0, True: 5}
+
+
+def test_each_latent_starts_out_firing_on_the_same_share_of_the_rows():
+    """issue 39: b_enc = minus each latent's (1 - 4 k/width) quantile of its pre-activation on a sample."""
+    from gptcore.interp.sae import fit
+    from gptcore.interp.sae.sources import as_source
+
+    x = data(n=2000)
+    tr, _ = trainer("cpu", torch.float32, W=96, k=4)
+    source = as_source(x)
+    fit._equal_start(tr, source, 0.05, 4, torch.Generator().manual_seed(0))
+    sample = source.rows(torch.randint(2000, (2000,), generator=torch.Generator().manual_seed(0))) * 0.05
+    pre = (sample - tr.b_dec) @ tr.enc.T  # (2000, 96)
+    spread = (pre > 0).sum(0)
+    assert int(spread.max() - spread.min()) > 300  # with b_enc = 0 the shares differ widely
+    on = (pre + tr.b_enc > 0).sum(0)  # (96,) rows where each latent would be positive
+    share = round(2000 * 4 * fit.START_SHARE / 96)  # 333; fewer where the sample drew a row twice (with replacement)
+    assert int(on.max()) == share and int(on.min()) >= share - 3
 
 
 def data(n=4000, d=16, seed=3):

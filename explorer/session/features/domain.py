@@ -77,7 +77,7 @@ class FeaturesDomain:
             if folder is None:
                 raise FeaturesError(f"no SAE has been trained on layer {layer}'s {site} for this model yet: set the "
                                     f"width, k and tokens and press Train SAE (or choose Neurons)")
-            dictionary = load_sae(folder)
+            dictionary = load_sae(folder).to(model.device)  # where the model is, as a freshly trained one
             check_sae_fits(model, dictionary)
             source = FeatureSource("sae", int(layer), site, dictionary.hook, dictionary.width, dictionary.k, str(folder),
                                    lineage=dictionary.metadata.get("lineage") or str(folder))
@@ -104,7 +104,7 @@ class FeaturesDomain:
             unedited = f", read from the model itself ({edits} set aside)" if edits else ""
             progress(0, tokens, f"fitting on {rows.shape[0]:,} tokens of {name}{unedited}")
         sae = fit_sae(rows, width=int(width), k=int(k), tokens=int(tokens), seed=seed, progress=progress,
-                      cancel=cancel, hook=hook)
+                      cancel=cancel, hook=hook, device=model.device)  # trained, and kept, where the model is
         del rows
         sae.metadata["lineage"] = uuid.uuid4().hex  # a new dictionary: feature i is no earlier feature i
         folder = sae_folder(info, layer, site, int(width), int(k))
@@ -131,7 +131,7 @@ class FeaturesDomain:
         if run is None:
             raise FeaturesError("features over training need a model from a training run: open a run (File → "
                                 "Open run…) and pick a step in the Train panel")
-        anchor = load_sae(folder)
+        anchor = load_sae(folder).to(self.core.device)
         layer, site = _layer_site(anchor.hook)
         over = over_training(self.core, run, layer, site, anchor, tokens=max(4096, int(tokens) // 5),
                              progress=progress, cancel=cancel)

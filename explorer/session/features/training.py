@@ -14,7 +14,8 @@ at the step shown reads what the table reads; it is saved beside the run, and a 
 without walking again. SAEs of the steps found on disk without a series (a walk cut short) are
 measured, not fitted. A feature "forms" at the first step from which it stays alive at half its
 final strength. The walk yields the compute thread between forwards (its cancel check reports
-progress, which lets waiting tasks run), so the panel stays live while it runs. No Qt.
+progress, which lets waiting tasks run), so the panel stays live while it runs. Each step's model is
+read, and its SAE fitted, on the session's device. No Qt.
 """
 from __future__ import annotations
 
@@ -122,18 +123,19 @@ def over_training(core, run, layer: int, site: str, anchor, *, tokens: int, prog
     walk, per_step = _Walk(len(steps), progress, cancel), {}
     if run.step in steps:  # the anchor itself: measured, never refitted or saved again
         walk.at(0, run.step, 0.0, "measuring the SAE you trained")
-        per_step[run.step] = _measure(core, follower.folder.load_step(run.scheme, run.step), anchor, sample, hook, walk)
+        per_step[run.step] = _measure(core, follower.folder.load_step(run.scheme, run.step, device=core.device), anchor,
+                                      sample, hook, walk)
     for side in (below, above):
         before = anchor
         for step in side:
             i = len(per_step)
             walk.at(i, step, 0.0, "reading activations")
-            model = follower.folder.load_step(run.scheme, step, device="cpu").eval()
+            model = follower.folder.load_step(run.scheme, step, device=core.device).eval()
             rows = stats.hook_rows(model, train, hook, walk.cancelled)  # (N, d)
             if walk.cancelled():
                 raise Cancelled("cancelled")
             sae = fit_sae(rows, width=anchor.width, k=anchor.k, tokens=tokens, seed=0, init=before,
-                          progress=walk.fitting(i, step), cancel=cancel, hook=hook)
+                          progress=walk.fitting(i, step), cancel=cancel, hook=hook, device=core.device)
             del rows
             sae.metadata["lineage"] = lineage
             info = _step_info(core, run, follower, step)
@@ -154,7 +156,7 @@ def measure_saved(core, run, layer: int, site: str, width: int, k: int, lineage:
 
     follower, steps = _kept(core, run)
     folders = {s: sae_folder(_step_info(core, run, follower, s), layer, site, width, k) for s in steps}
-    saes = {s: load_sae(f) for s, f in folders.items() if (f / WEIGHTS_FILE).is_file()}
+    saes = {s: load_sae(f).to(core.device) for s, f in folders.items() if (f / WEIGHTS_FILE).is_file()}
     saes = {s: sae for s, sae in saes.items() if sae.metadata.get("lineage", "") == lineage}  # one walk's SAEs only
     if len(saes) < 2:
         return None
@@ -163,7 +165,8 @@ def measure_saved(core, run, layer: int, site: str, width: int, k: int, lineage:
     walk, per_step = _Walk(len(saes), progress, cancel), {}
     for i, (step, sae) in enumerate(sorted(saes.items())):
         walk.at(i, step, 0.0, "measuring its saved SAE")
-        per_step[step] = _measure(core, follower.folder.load_step(run.scheme, step), sae, sample, hook, walk)
+        per_step[step] = _measure(core, follower.folder.load_step(run.scheme, step, device=core.device), sae, sample,
+                                  hook, walk)
     over = _series(layer, site, per_step, k, lineage, int(sample.numel()), name)
     save_series(run, over)
     return over

@@ -1,10 +1,12 @@
 """`train_sae`: read one hook point's activations on token ids, then `fit_sae` on them.
 
 The harvest runs the model in eval mode without the head (`logits=None`: only the hook is wanted),
-a few thousand tokens per forward, and stores the rows in memory as float32 when they fit in
-`MEMORY_BYTES`, else in an fp16 `ActivationCache` on disk (GPT-2 small at 2M tokens: 3 GB on disk,
-one batch in RAM), removed when training ends. Also here: the checks every SAE entry point shares
-(the hook exists, gives one vector per token, and its width).
+a few thousand tokens per forward, and stores the rows as float32 where the model is when they fit
+there (a CUDA card: `sources.DEVICE_SHARE` of its free memory; else `MEMORY_BYTES`), else in an
+fp16 `ActivationCache` on disk (GPT-2 small at 2M tokens: 3 GB on disk, one batch in RAM), removed
+when training ends. The SAE trains on the model's device either way (the cache sends each batch).
+Also here: the checks every SAE entry point shares (the hook exists, gives one vector per token,
+and its width).
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import torch
 from gptcore.errors import Cancelled
 from gptcore.interp.sae.dictionary import SAE, SAEError
 from gptcore.interp.sae.fit import Cancel, Progress, fit_sae
-from gptcore.interp.sae.sources import ActivationCache, check_finite
+from gptcore.interp.sae.sources import ActivationCache, check_finite, device_room
 
 MEMORY_BYTES = 1 << 30  # activations up to 1 GiB (float32) stay in RAM; beyond, an fp16 file on disk
 TOKENS_PER_FORWARD = 2048  # per harvest forward: GPT-2 small's working memory stays ~100 MB
@@ -27,22 +29,25 @@ PER_PAIR = ("hook_pattern", "hook_attn_scores")  # (batch, head, query, key): no
 def train_sae(model, ids, hook: str, *, width: int, k: int, tokens: int, seed: int = 0,
               progress: Progress = None, cancel: Cancel = None, batch: int = 4096, lr: float | None = None,
               cache_dir=None) -> SAE:
-    """An SAE for `hook` trained on the model's activations at it over `ids` (sequences, T).
-    progress(done, total, message) reports the harvest (sequences) and then the training (tokens)."""
+    """An SAE for `hook` trained on the model's activations at it over `ids` (sequences, T), on the
+    model's device (and returned there). progress(done, total, message) reports the harvest
+    (sequences) and then the training (tokens)."""
     with harvest(model, ids, hook, progress=progress, cancel=cancel, cache_dir=cache_dir) as rows:
         return fit_sae(rows, width=width, k=k, tokens=tokens, seed=seed, progress=progress, cancel=cancel,
-                       batch=batch, lr=lr, hook=hook)
+                       batch=batch, lr=lr, hook=hook, device=model.device)
 
 
 @contextlib.contextmanager
 def harvest(model, ids, hook: str, *, progress: Progress = None, cancel: Cancel = None, cache_dir=None):
-    """Yield the hook's activations on `ids` as rows (S*T, d): a tensor, or an ActivationCache
-    whose files are removed when the block ends (also on an error or a cancel)."""
+    """Yield the hook's activations on `ids` as rows (S*T, d): a tensor on the model's device, or an
+    ActivationCache whose files are removed when the block ends (also on an error or a cancel)."""
     ids = check_ids(model, ids)
     d = hook_width(model, hook)
     S, T = ids.shape
-    if S * T * d * 4 <= MEMORY_BYTES:
-        store = torch.empty(S * T, d)  # (S*T, d)
+    device = model.device
+    room = device_room(device) if device.type == "cuda" else MEMORY_BYTES
+    if S * T * d * 4 <= room:
+        store = torch.empty(S * T, d, device=device)  # (S*T, d)
         _fill(model, ids, hook, store.__setitem__, progress, cancel)
         yield store
         return
@@ -64,7 +69,7 @@ def _fill(model, ids, hook, put, progress, cancel) -> None:
         if cancel is not None and cancel():
             raise Cancelled("SAE training cancelled while reading activations")
         chunk = ids[start:start + per].to(model.device)  # (b, T)
-        rows = read_hook(model, chunk, hook).to("cpu", torch.float32)  # (b*T, d)
+        rows = read_hook(model, chunk, hook).float()  # (b*T, d), where the model is
         check_finite(rows, f"the activations of {hook} on sequences {start}..{start + len(chunk) - 1}")
         put(slice(start * T, (start + len(chunk)) * T), rows)
         if progress is not None:
