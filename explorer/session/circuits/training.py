@@ -14,12 +14,11 @@ feature i at the anchor. Each step's weights are read from the run into a model 
 session's model is never touched, so the walk may yield between forwards), and each set is saved beside
 the run under a `-walk` name, never over a set trained by hand.
 
-The warm start's learning rate is a tenth of the default (WARM_LR). Why: Adam starts with fresh
-moments, so at an already fitted point its first hundred steps are ~lr-sized in every weight, and at
-the default lr the encoder grows step after step. Measured on the 2-layer char model (width 1,024,
-k 16, 400k tokens, layer 0, from the step-1,500 set): at step 1,250 the fraction of variance
-unexplained went from 0.041 (the neighbour's set as it was) to 1.11 at the default lr, 0.030 at a
-tenth (0.028 at a thirtieth; 0.044 fitted from scratch), decoder rows 0.99 aligned with the neighbour's;
+The warm start's learning rate is gptcore's (`warm_start_lr`: a tenth of the default, at most 5e-4;
+its docstring says why). Measured here on the 2-layer char model (width 1,024, k 16, 400k tokens,
+layer 0, from the step-1,500 set): at step 1,250 the fraction of variance unexplained went from 0.041
+(the neighbour's set as it was) to 1.11 at the default lr, 0.030 at a tenth (0.028 at a thirtieth;
+0.044 fitted from scratch), decoder rows 0.99 aligned with the neighbour's;
 at step 500, 0.39 → 0.066 at a tenth, 0.12 at a thirtieth. And a guard: each layer's fitted
 transcoder is kept only if it explains this step's held-out MLP output at least as well as its
 neighbour's did; otherwise the neighbour's is kept (its metadata says so). Where neither explains
@@ -40,7 +39,6 @@ from explorer.session.circuits import store
 HARVEST_BYTES = 256 << 20  # every layer's MLP inputs and outputs the transcoders are fitted on (float32)
 METRIC_LOGITS = 1 << 25  # tokens × vocabulary the metrics' three forwards may cost (GPT-2: ~650 tokens)
 METRIC_TOKENS = 1 << 16  # and at most this many tokens (a char model)
-WARM_LR = 0.1  # a warm start's learning rate, as a share of the default (see the module docstring)
 CHECK_TOKENS = 1 << 14  # held-out tokens each walked step's fit is checked on
 UNALIGNED_FVU = 0.5  # a walked layer explaining less than half its step's MLP output is fitted afresh
 
@@ -98,7 +96,6 @@ def walk(core, run, anchor_folder, anchor, *, tokens: int, progress=None, cancel
     from gptcore import save_transcoders
     from gptcore.errors import Cancelled
     from gptcore.interp.circuits.harvest import harvest_mlps
-    from gptcore.interp.sae.fit import default_lr
     from explorer.session.features.store import corpus_ids
 
     follower = core.training.follower_for(run.root)
@@ -110,7 +107,6 @@ def walk(core, run, anchor_folder, anchor, *, tokens: int, progress=None, cancel
     train, held, _name = corpus_ids(core, "run", "")
     train = harvest_cap(train, len(anchor), anchor[0].d_in)
     check = held[: max(1, CHECK_TOKENS // held.shape[1])]
-    warm_lr = WARM_LR * default_lr(width, anchor[0].d_out)
     below = [s for s in reversed(steps) if s < run.step]
     above = [s for s in steps if s > run.step]
     total, done, folders = len(below) + len(above), 0, {run.step: anchor_folder}
@@ -126,13 +122,13 @@ def walk(core, run, anchor_folder, anchor, *, tokens: int, progress=None, cancel
         before = anchor
         for step in side:
             report(step, 0.0, "reading every MLP's input and output")
-            model = follower.folder.load_step(run.scheme, step, device="cpu").eval()
+            model = follower.folder.load_step(run.scheme, step, device=core.device).eval()
             reading = (lambda d, t, m, step=step: report(step, 0.1 * d / max(t, 1), m))  # a yield between forwards
             with harvest_mlps(model, check, cancel=cancel) as rows:
                 held_rows = [(x.clone(), y.clone()) for x, y in rows]
             with harvest_mlps(model, train, progress=reading, cancel=cancel) as pairs:
                 fitted = fit_set(pairs, width=width, k=k, tokens=tokens, init=before, cancel=cancel, lineage=lineage,
-                                 lr=warm_lr, progress=lambda d, t, m, step=step: report(step, 0.1 + 0.8 * d / max(t, 1), m))
+                                 progress=lambda d, t, m, step=step: report(step, 0.1 + 0.8 * d / max(t, 1), m))
                 report(step, 0.9, "checking the fit on held-out text")
                 before = [_better(new, old, x, y, step) for new, old, (x, y) in zip(fitted, before, held_rows)]
                 for layer, t in enumerate(before):
