@@ -58,6 +58,18 @@ class NodeDetail(QWidget):
         self.title = QLabel(PICK_HINT)
         self.title.setWordWrap(True)
         self.title.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        edit_row = self._edit_row()
+        self.tabs = self._tabs()
+        box = QVBoxLayout(self)
+        box.setContentsMargins(4, 0, 0, 0)
+        box.addWidget(self.title)
+        box.addLayout(edit_row)
+        box.addWidget(self.tabs, 1)
+        self.clear_node(PICK_HINT)
+        self.set_edits("")
+
+    def _edit_row(self) -> QHBoxLayout:
+        """The value box, Clamp, Ablate, the edits in force and Reset, on one row."""
         self.value = QDoubleSpinBox()
         self.value.setRange(-9999.0, 9999.0)
         self.value.setDecimals(2)
@@ -81,6 +93,10 @@ class NodeDetail(QWidget):
             edit_row.addWidget(widget)
         edit_row.addWidget(self.edits, 1)
         edit_row.addWidget(self.reset)
+        return edit_row
+
+    def _tabs(self) -> QTabWidget:
+        """Edges (strongest in and out), Contexts (where the feature fires), Logits (what it writes)."""
         self.contexts = QTextBrowser()
         self.contexts.setLineWrapMode(QTextBrowser.LineWrapMode.NoWrap)
         self.promoted = TokenList("promotes", "Tokens whose logits its decoder row raises most (through the final "
@@ -101,21 +117,15 @@ class NodeDetail(QWidget):
         edges_box.setContentsMargins(0, 0, 0, 0)
         edges_box.addWidget(self.incoming)
         edges_box.addWidget(self.outgoing)
-        self.tabs = QTabWidget()
-        self.tabs.setUsesScrollButtons(False)
-        self.tabs.addTab(edges_tab, "Edges")
-        self.tabs.addTab(self.contexts, "Contexts")
-        self.tabs.addTab(logits, "Logits")
-        self.tabs.setTabToolTip(0, "The strongest edges into and out of the node")
-        self.tabs.setTabToolTip(1, "Where the feature fires on held-out text: its strongest contexts")
-        self.tabs.setTabToolTip(2, "What the feature's decoder row writes, read through the unembedding")
-        box = QVBoxLayout(self)
-        box.setContentsMargins(4, 0, 0, 0)
-        box.addWidget(self.title)
-        box.addLayout(edit_row)
-        box.addWidget(self.tabs, 1)
-        self.clear_node(PICK_HINT)
-        self.set_edits("")
+        tabs = QTabWidget()
+        tabs.setUsesScrollButtons(False)
+        tabs.addTab(edges_tab, "Edges")
+        tabs.addTab(self.contexts, "Contexts")
+        tabs.addTab(logits, "Logits")
+        tabs.setTabToolTip(0, "The strongest edges into and out of the node")
+        tabs.setTabToolTip(1, "Where the feature fires on held-out text: its strongest contexts")
+        tabs.setTabToolTip(2, "What the feature's decoder row writes, read through the unembedding")
+        return tabs
 
     def set_node(self, title: str, feature: tuple[int, int] | None, contexts: list, promoted: list, suppressed: list,
                  incoming: list, outgoing: list) -> None:
