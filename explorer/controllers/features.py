@@ -19,6 +19,7 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from explorer.controllers.base import PanelController
+from explorer.controllers.dictionary_panel import DictionaryPanelPart
 from explorer.controllers.features_dashboard import DASHBOARD_KEY, JSON_KINDS, FeatureDashboardPart
 from explorer.controllers.features_training import KEYS, FeatureTraining
 from explorer.controllers.live import LiveRequest
@@ -38,13 +39,15 @@ METRIC_WORDS = {
 }
 
 
-class FeaturesController(FeatureTraining, FeatureDashboardPart, PanelController[FeaturesView]):
+class FeaturesController(FeatureTraining, FeatureDashboardPart, DictionaryPanelPart, PanelController[FeaturesView]):
     drawn = Signal(object)  # the FeatureTable just drawn (tests)
     detailed = Signal(object)  # the FeatureDetail just drawn
     dashboarded = Signal(object)  # the FeatureDashboard just drawn
     view_class = FeaturesPanel
     task_keys = tuple(KEYS.values()) + (DASHBOARD_KEY,)
-    background_keys = (KEYS["train"], KEYS["over"])  # trainings the user started go on behind another tab
+    training_keys = (KEYS["train"], KEYS["over"])
+    background_keys = training_keys  # trainings the user started go on behind another tab
+    browse_title = "A UTF-8 text file for the features"
 
     def __init__(self, ctx, view: FeaturesView, parent: QObject | None = None, debounce_ms: int = DEBOUNCE_MS):
         super().__init__(ctx, view, parent)
@@ -55,7 +58,6 @@ class FeaturesController(FeatureTraining, FeatureDashboardPart, PanelController[
         self._offered = False  # a readable prompt was put in place of one the model cannot encode
         self.wanted = ("neurons", 0, "resid")  # (kind, layer, site) asked for last
         self.corpus, self.corpus_path = "builtin", ""
-        self._train_started = 0.0
         self._train_tokens = 0
         self.live = LiveRequest(self._start_prompt, debounce_ms, parent=self)
         for signal, slot in ((view.dictionaryRequested, self.use), (view.trainRequested, self.train),
@@ -71,15 +73,10 @@ class FeaturesController(FeatureTraining, FeatureDashboardPart, PanelController[
         self._reopen_saved()
         self.refresh()
 
-    # -- the contract ---------------------------------------------------------------------------------
+    # -- the contract (set_prompt: DictionaryPanelPart) ------------------------------------------------
     @property
     def is_ready(self) -> bool:
         return self._ready_sent
-
-    def set_prompt(self, text: str) -> None:
-        if text != self.view.prompt_text():
-            self.view.set_prompt_text(text)
-            self.live.now()
 
     def invalidate(self, event) -> None:
         if isinstance(event, ModelSwapped):
@@ -114,11 +111,7 @@ class FeaturesController(FeatureTraining, FeatureDashboardPart, PanelController[
         kind, layer, site = self.wanted
         self.wanted = (kind, min(layer, n_layer - 1) if layer else n_layer // 2, site)
         self.view.set_source(*self.wanted)
-        self.view.set_corpus_choices(session.info.run is not None, self.corpus_path)
-        if self.corpus == "run" and session.info.run is None:
-            self.corpus = "builtin"
-        elif self.corpus == "builtin" and session.info.run is not None:
-            self.corpus = "run"  # a run's model reads its own data (a char model cannot read the built-in text)
+        self._offer_corpora()
 
     # -- the table --------------------------------------------------------------------------------------
     def use(self, kind: str, layer: int, site: str) -> None:
@@ -237,12 +230,6 @@ class FeaturesController(FeatureTraining, FeatureDashboardPart, PanelController[
         held[int(feature)] = float(value)
         self.ctx.change_ablation(lambda session: session.features.edit(held), on_error=self._edit_failed)
 
-    def reset_edits(self) -> None:
-        self.ctx.change_ablation(lambda session: session.interp.set_feature_edits(None, {}), on_error=self._edit_failed)
-
-    def _edit_failed(self, exc: BaseException) -> None:
-        self.view.set_error(self.report_error(exc, "Feature edit failed").inline)
-
     # -- export -----------------------------------------------------------------------------------------
     def export_meta(self) -> dict:
         info, state = self.ctx.session.info, self.ctx.session.interp.ablation
@@ -251,9 +238,6 @@ class FeaturesController(FeatureTraining, FeatureDashboardPart, PanelController[
             meta.update({"features": self.table.source.describe(), "hook": self.table.source.hook,
                          "corpus": f"{self.table.tokens:,} held-out tokens of {self.table.corpus}"})
         return meta
-
-    def export(self, kind: str, path: str) -> bool:
-        return self.export_to(path, self._writer(kind), self.view.set_error)
 
     def _writer(self, kind: str):
         def write(path: str):
