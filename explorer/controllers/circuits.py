@@ -23,7 +23,6 @@ from PySide6.QtCore import QObject, Signal
 from explorer.controllers.base import PanelController
 from explorer.controllers.circuits_training import KEYS, CircuitsTraining, metrics_html
 from explorer.controllers.dictionary_panel import DictionaryPanelPart
-from explorer.controllers.live import LiveRequest
 from explorer.session.circuits.domain import EDIT_SOURCE
 from explorer.session.circuits.store import NoTranscoders, UnreadablePrompt
 from explorer.session.events import ModelSwapped
@@ -31,7 +30,6 @@ from explorer.views.circuits.panel import CircuitsPanel
 from explorer.views.circuits.protocol import CircuitsView
 
 DEBOUNCE_MS = 150
-DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
 
 
 class CircuitsController(CircuitsTraining, DictionaryPanelPart, PanelController[CircuitsView]):
@@ -52,17 +50,11 @@ class CircuitsController(CircuitsTraining, DictionaryPanelPart, PanelController[
         self.formation = None
         self.selected: int | None = None  # node index asked for last
         self._selected_key = None  # (kind, layer, position, feature) of it: found again in the next graph
-        self.corpus, self.corpus_path = "builtin", ""
         self._offered = False
-        self.live = LiveRequest(self._start_graph, debounce_ms, parent=self)
-        for signal, slot in ((view.trainRequested, self.train), (view.walkRequested, self.walk),
-                             (view.cancelRequested, self.cancel), (view.browseRequested, self._browse),
-                             (view.nodeSelected, self.select), (view.editRequested, self.edit),
-                             (view.resetEditsRequested, self.reset_edits), (view.exportRequested, self._export_dialog)):
-            signal.connect(slot)
-        view.promptChanged.connect(lambda _text: self.live.poke())
+        self._set_up_shared(self._start_graph, debounce_ms, self.cancel)
+        view.walkRequested.connect(self.walk)
+        view.nodeSelected.connect(self.select)
         view.thresholdsChanged.connect(lambda _n, _e: self.live.now())
-        view.set_prompt_text(DEFAULT_PROMPT)
         self._show_model()
         self.refresh()
 

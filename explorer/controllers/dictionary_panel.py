@@ -9,8 +9,8 @@ as session state.
 - A training (or the walk over a run's kept steps that follows it) locks the form and shows progress
   with an ETA; the form comes back when the last of the panel's trainings ends.
 
-A mixin of FeaturesController and CircuitsController, which provide `view`, `ctx`, `live`, `corpus`,
-`corpus_path`, `training_keys` (the runner keys of their trainings), `browse_title` and `_writer(kind)`;
+A mixin of FeaturesController and CircuitsController, which provide `view`, `ctx`, `training_keys` (the
+runner keys of their trainings), `browse_title`, `train`, `edit`, `_writer(kind)` and `_export_dialog`;
 nothing here is used alone. It asks of the view only what both views' protocols declare
 (tests/explorer/test_dictionary_panel.py holds it to that).
 """
@@ -20,11 +20,29 @@ import time
 
 from PySide6.QtWidgets import QFileDialog
 
+from explorer.controllers.live import LiveRequest
+
+DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
+
 
 class DictionaryPanelPart:
     training_keys: tuple[str, ...] = ()
     browse_title = "A UTF-8 text file"
     _started = 0.0  # when the training (or walk) now shown began: the ETA's clock
+
+    def _set_up_shared(self, start_work, debounce_ms: int, cancel) -> None:
+        """What both panels start with: the built-in corpus, the prompt followed live (`start_work(done)`
+        starts its work: controllers/live.py), the intents both views send connected (Cancel to
+        `cancel`), and the default prompt."""
+        self.corpus, self.corpus_path = "builtin", ""
+        self.live = LiveRequest(start_work, debounce_ms, parent=self)
+        view = self.view
+        for signal, slot in ((view.trainRequested, self.train), (view.cancelRequested, cancel),
+                             (view.browseRequested, self._browse), (view.editRequested, self.edit),
+                             (view.resetEditsRequested, self.reset_edits), (view.exportRequested, self._export_dialog)):
+            signal.connect(slot)
+        view.promptChanged.connect(lambda _text: self.live.poke())
+        view.set_prompt_text(DEFAULT_PROMPT)
 
     def set_prompt(self, text: str) -> None:
         if text != self.view.prompt_text():

@@ -22,14 +22,12 @@ from explorer.controllers.base import PanelController
 from explorer.controllers.dictionary_panel import DictionaryPanelPart
 from explorer.controllers.features_dashboard import DASHBOARD_KEY, JSON_KINDS, FeatureDashboardPart
 from explorer.controllers.features_training import KEYS, FeatureTraining
-from explorer.controllers.live import LiveRequest
 from explorer.session.events import ModelSwapped
 from explorer.views.features.panel import FeaturesPanel
 from explorer.views.features.protocol import FeaturesView
 
 DEBOUNCE_MS = 120
 DENSITY_SERIES = "density %"
-DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
 METRIC_WORDS = {
     "l0": ("L0", "features active per token (the SAE keeps k)"),
     "explained_variance": ("explained variance", "share of the activations' variance the reconstruction keeps"),
@@ -57,18 +55,12 @@ class FeaturesController(FeatureTraining, FeatureDashboardPart, DictionaryPanelP
         self.selected: int | None = None  # the feature asked for last (its detail may be on its way)
         self._offered = False  # a readable prompt was put in place of one the model cannot encode
         self.wanted = ("neurons", 0, "resid")  # (kind, layer, site) asked for last
-        self.corpus, self.corpus_path = "builtin", ""
         self._train_tokens = 0
-        self.live = LiveRequest(self._start_prompt, debounce_ms, parent=self)
-        for signal, slot in ((view.dictionaryRequested, self.use), (view.trainRequested, self.train),
-                             (view.cancelRequested, lambda: self.ctx.runner.cancel(KEYS["train"])),
-                             (view.browseRequested, self._browse), (view.featureSelected, self.select),
-                             (view.tokenClicked, self.show_token), (view.editRequested, self.edit),
-                             (view.resetEditsRequested, self.reset_edits), (view.exportRequested, self._export_dialog),
-                             (view.contextChanged, self._context_changed)):
+        # Cancel stops the SAE's training (KEYS["train"]; the walk over the run's steps that follows it is not named)
+        self._set_up_shared(self._start_prompt, debounce_ms, lambda: self.ctx.runner.cancel(KEYS["train"]))
+        for signal, slot in ((view.dictionaryRequested, self.use), (view.featureSelected, self.select),
+                             (view.tokenClicked, self.show_token), (view.contextChanged, self._context_changed)):
             signal.connect(slot)
-        view.promptChanged.connect(lambda _text: self.live.poke())
-        view.set_prompt_text(DEFAULT_PROMPT)
         self._show_model()
         self._reopen_saved()
         self.refresh()
