@@ -22,7 +22,7 @@ from PySide6.QtCore import QObject, Signal
 
 from explorer.controllers.base import PanelController
 from explorer.controllers.circuits_training import KEYS, CircuitsTraining, metrics_html
-from explorer.controllers.live import LiveRequest
+from explorer.controllers.dictionary_panel import DictionaryPanelPart
 from explorer.session.circuits.domain import EDIT_SOURCE
 from explorer.session.circuits.store import NoTranscoders, UnreadablePrompt
 from explorer.session.events import ModelSwapped
@@ -30,16 +30,17 @@ from explorer.views.circuits.panel import CircuitsPanel
 from explorer.views.circuits.protocol import CircuitsView
 
 DEBOUNCE_MS = 150
-DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
 
 
-class CircuitsController(CircuitsTraining, PanelController[CircuitsView]):
+class CircuitsController(CircuitsTraining, DictionaryPanelPart, PanelController[CircuitsView]):
     drawn = Signal(object)  # the CircuitGraph just drawn (tests)
     detailed = Signal(object)  # the NodeDetail just drawn
     formed = Signal(object)  # the CircuitFormation just said
     view_class = CircuitsPanel
     task_keys = tuple(KEYS.values())
-    background_keys = (KEYS["train"], KEYS["walk"])  # trainings the user started go on behind another tab
+    training_keys = (KEYS["train"], KEYS["walk"])
+    background_keys = training_keys  # trainings the user started go on behind another tab
+    browse_title = "A UTF-8 text file for the transcoders"
 
     def __init__(self, ctx, view: CircuitsView, parent: QObject | None = None, debounce_ms: int = DEBOUNCE_MS):
         super().__init__(ctx, view, parent)
@@ -49,27 +50,15 @@ class CircuitsController(CircuitsTraining, PanelController[CircuitsView]):
         self.formation = None
         self.selected: int | None = None  # node index asked for last
         self._selected_key = None  # (kind, layer, position, feature) of it: found again in the next graph
-        self.corpus, self.corpus_path = "builtin", ""
         self._offered = False
-        self._started = 0.0
-        self.live = LiveRequest(self._start_graph, debounce_ms, parent=self)
-        for signal, slot in ((view.trainRequested, self.train), (view.walkRequested, self.walk),
-                             (view.cancelRequested, self.cancel), (view.browseRequested, self._browse),
-                             (view.nodeSelected, self.select), (view.editRequested, self.edit),
-                             (view.resetEditsRequested, self.reset_edits), (view.exportRequested, self._export_dialog)):
-            signal.connect(slot)
-        view.promptChanged.connect(lambda _text: self.live.poke())
+        self._set_up_shared(self._start_graph, debounce_ms, self.cancel)
+        view.walkRequested.connect(self.walk)
+        view.nodeSelected.connect(self.select)
         view.thresholdsChanged.connect(lambda _n, _e: self.live.now())
-        view.set_prompt_text(DEFAULT_PROMPT)
         self._show_model()
         self.refresh()
 
-    # -- the contract ---------------------------------------------------------------------------------
-    def set_prompt(self, text: str) -> None:
-        if text != self.view.prompt_text():
-            self.view.set_prompt_text(text)
-            self.live.now()
-
+    # -- the contract (set_prompt: DictionaryPanelPart) ------------------------------------------------
     def invalidate(self, event) -> None:
         if isinstance(event, ModelSwapped):
             self.tset = self.graph = self.detail = self.formation = self.selected = None
@@ -94,12 +83,7 @@ class CircuitsController(CircuitsTraining, PanelController[CircuitsView]):
         session = self.ctx.session
         if session is None or not session.has_model:
             return
-        run = session.info.run is not None
-        self.view.set_corpus_choices(run, self.corpus_path)
-        if self.corpus == "run" and not run:
-            self.corpus = "builtin"
-        elif self.corpus == "builtin" and run:
-            self.corpus = "run"  # a run's character model reads its own data
+        self._offer_corpora()
         self.view.set_walk_available(False)
 
     # -- the transcoders ----------------------------------------------------------------------------------
@@ -192,12 +176,6 @@ class CircuitsController(CircuitsTraining, PanelController[CircuitsView]):
         held[(int(layer), int(feature))] = float(value)
         self.ctx.change_ablation(lambda session: session.circuits.edit(held), on_error=self._edit_failed)
 
-    def reset_edits(self) -> None:
-        self.ctx.change_ablation(lambda session: session.interp.set_feature_edits(None, {}), on_error=self._edit_failed)
-
-    def _edit_failed(self, exc: BaseException) -> None:
-        self.view.set_error(self.report_error(exc, "Feature edit failed").inline)
-
     def _held(self) -> tuple:
         return self.ctx.session.interp.ablation.features
 
@@ -224,9 +202,6 @@ class CircuitsController(CircuitsTraining, PanelController[CircuitsView]):
                          "weight": "the direct effect of the source on the target (a feature's pre-activation, or "
                                    "the last position's logit minus the mean logit) under frozen attention and norms"})
         return meta
-
-    def export(self, kind: str, path: str) -> bool:
-        return self.export_to(path, self._writer(kind), self.view.set_error)
 
     def _writer(self, kind: str):
         session = self.ctx.session

@@ -3,14 +3,13 @@ trained in the background with progress, an ETA and Cancel, the corpus file chos
 from a training run — the set walked over the run's kept steps, then when the prompt's circuit formed.
 
 A mixin of CircuitsController, which provides `view`, `ctx`, `submit`, `report_error`, `graph`, `tset`,
-`corpus`, `corpus_path`, `_show_set` and `_show_formation`; nothing here is used alone.
+`_show_set` and `_show_formation`, and through DictionaryPanelPart (controllers/dictionary_panel.py, what
+it shares with the Features panel) the corpus, `_start_training`, `_progress` and `_training_ended`;
+nothing here is used alone.
 """
 from __future__ import annotations
 
 import html
-import time
-
-from PySide6.QtWidgets import QFileDialog
 
 KEYS = dict(set="circuits-set", graph="circuits", node="circuits-node", train="circuits-train",
             walk="circuits-walk", formed="circuits-formed", readable="circuits-readable-prompt")
@@ -22,17 +21,11 @@ METRIC_WORDS = {  # key -> (name, meaning)
 
 
 class CircuitsTraining:
-    _started = 0.0
-
     def train(self, settings: dict) -> None:
         session = self.ctx.session
         width, k, tokens = int(settings["width"]), int(settings["k"]), int(settings["tokens"])
-        self.corpus = settings.get("corpus", "builtin")
-        self.corpus_path = settings.get("path", "") or self.corpus_path
-        corpus, path = self.corpus, self.corpus_path
-        self._started = time.monotonic()
-        self.view.set_training(True)
-        self.view.set_progress(0, 1, "reading every MLP's input and output…")
+        corpus, path = self._take_corpus(settings)
+        self._start_training(1, "reading every MLP's input and output…")
         self.submit(KEYS["train"], lambda token, progress: session.circuits.train(
             width=width, k=k, tokens=tokens, corpus=corpus, path=path, progress=progress, cancel=token),
             still_current=self.ctx.model_now(), on_result=lambda tset: self._trained(tset, tokens),
@@ -46,9 +39,7 @@ class CircuitsTraining:
 
     def walk(self, tokens: int) -> None:
         session = self.ctx.session
-        self._started = time.monotonic()
-        self.view.set_training(True)
-        self.view.set_progress(0, 1, "over training: fitting the run's other kept steps…")
+        self._start_training(1, "over training: fitting the run's other kept steps…")
         self.submit(KEYS["walk"], lambda token, progress: session.circuits.walk(int(tokens), progress, token),
                     still_current=self.ctx.model_now(), on_result=self._walked, on_error=self._train_failed,
                     on_progress=self._progress, on_finished=self._training_ended)
@@ -59,22 +50,11 @@ class CircuitsTraining:
         self._ask_formation()
 
     def cancel(self) -> None:
-        for key in (KEYS["train"], KEYS["walk"]):
+        for key in self.training_keys:
             self.ctx.runner.cancel(key)
 
     def _train_failed(self, exc: BaseException) -> None:
         self.view.set_error(self.report_error(exc, "Transcoders not trained").inline)
-
-    def _training_ended(self) -> None:
-        runner = self.ctx.runner
-        if not (runner.is_running(KEYS["train"]) or runner.is_running(KEYS["walk"])):
-            self.view.set_training(False)
-            self.view.set_progress(1, 1, "")
-
-    def _progress(self, done: int, total: int, message: str) -> None:
-        elapsed = time.monotonic() - self._started
-        eta = f" · about {elapsed * (total - done) / done:.0f} s left" if 0 < done < total and elapsed > 1 else ""
-        self.view.set_progress(done, total, f"{message}{eta}")
 
     def _ask_formation(self) -> None:
         session, graph = self.ctx.session, self.graph
@@ -86,14 +66,6 @@ class CircuitsTraining:
         self.submit(KEYS["formed"], lambda token, progress: session.circuits.formation(
             text, node_t, edge_t, progress=progress, cancel=token), on_result=self._show_formation,
             on_error=lambda exc: self.report_error(exc, "Circuit over training"))
-
-    def _browse(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self.view, "A UTF-8 text file for the transcoders",
-                                              self.ctx.file_path(""), "Text (*.txt *.md *.py);;All files (*)")
-        if path:
-            self.ctx.remember_folder_of(path)
-            self.corpus, self.corpus_path = "file", path
-            self.view.set_corpus_choices(self.ctx.session.info.run is not None, path)
 
 
 def metrics_html(tset) -> str:

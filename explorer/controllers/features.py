@@ -19,16 +19,15 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from explorer.controllers.base import PanelController
+from explorer.controllers.dictionary_panel import DictionaryPanelPart
 from explorer.controllers.features_dashboard import DASHBOARD_KEY, JSON_KINDS, FeatureDashboardPart
 from explorer.controllers.features_training import KEYS, FeatureTraining
-from explorer.controllers.live import LiveRequest
 from explorer.session.events import ModelSwapped
 from explorer.views.features.panel import FeaturesPanel
 from explorer.views.features.protocol import FeaturesView
 
 DEBOUNCE_MS = 120
 DENSITY_SERIES = "density %"
-DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
 METRIC_WORDS = {
     "l0": ("L0", "features active per token (the SAE keeps k)"),
     "explained_variance": ("explained variance", "share of the activations' variance the reconstruction keeps"),
@@ -38,13 +37,15 @@ METRIC_WORDS = {
 }
 
 
-class FeaturesController(FeatureTraining, FeatureDashboardPart, PanelController[FeaturesView]):
+class FeaturesController(FeatureTraining, FeatureDashboardPart, DictionaryPanelPart, PanelController[FeaturesView]):
     drawn = Signal(object)  # the FeatureTable just drawn (tests)
     detailed = Signal(object)  # the FeatureDetail just drawn
     dashboarded = Signal(object)  # the FeatureDashboard just drawn
     view_class = FeaturesPanel
     task_keys = tuple(KEYS.values()) + (DASHBOARD_KEY,)
-    background_keys = (KEYS["train"], KEYS["over"])  # trainings the user started go on behind another tab
+    training_keys = (KEYS["train"], KEYS["over"])
+    background_keys = training_keys  # trainings the user started go on behind another tab
+    browse_title = "A UTF-8 text file for the features"
 
     def __init__(self, ctx, view: FeaturesView, parent: QObject | None = None, debounce_ms: int = DEBOUNCE_MS):
         super().__init__(ctx, view, parent)
@@ -54,32 +55,20 @@ class FeaturesController(FeatureTraining, FeatureDashboardPart, PanelController[
         self.selected: int | None = None  # the feature asked for last (its detail may be on its way)
         self._offered = False  # a readable prompt was put in place of one the model cannot encode
         self.wanted = ("neurons", 0, "resid")  # (kind, layer, site) asked for last
-        self.corpus, self.corpus_path = "builtin", ""
-        self._train_started = 0.0
         self._train_tokens = 0
-        self.live = LiveRequest(self._start_prompt, debounce_ms, parent=self)
-        for signal, slot in ((view.dictionaryRequested, self.use), (view.trainRequested, self.train),
-                             (view.cancelRequested, lambda: self.ctx.runner.cancel(KEYS["train"])),
-                             (view.browseRequested, self._browse), (view.featureSelected, self.select),
-                             (view.tokenClicked, self.show_token), (view.editRequested, self.edit),
-                             (view.resetEditsRequested, self.reset_edits), (view.exportRequested, self._export_dialog),
-                             (view.contextChanged, self._context_changed)):
+        # Cancel stops the SAE's training (KEYS["train"]; the walk over the run's steps that follows it is not named)
+        self._set_up_shared(self._start_prompt, debounce_ms, lambda: self.ctx.runner.cancel(KEYS["train"]))
+        for signal, slot in ((view.dictionaryRequested, self.use), (view.featureSelected, self.select),
+                             (view.tokenClicked, self.show_token), (view.contextChanged, self._context_changed)):
             signal.connect(slot)
-        view.promptChanged.connect(lambda _text: self.live.poke())
-        view.set_prompt_text(DEFAULT_PROMPT)
         self._show_model()
         self._reopen_saved()
         self.refresh()
 
-    # -- the contract ---------------------------------------------------------------------------------
+    # -- the contract (set_prompt: DictionaryPanelPart) ------------------------------------------------
     @property
     def is_ready(self) -> bool:
         return self._ready_sent
-
-    def set_prompt(self, text: str) -> None:
-        if text != self.view.prompt_text():
-            self.view.set_prompt_text(text)
-            self.live.now()
 
     def invalidate(self, event) -> None:
         if isinstance(event, ModelSwapped):
@@ -114,11 +103,7 @@ class FeaturesController(FeatureTraining, FeatureDashboardPart, PanelController[
         kind, layer, site = self.wanted
         self.wanted = (kind, min(layer, n_layer - 1) if layer else n_layer // 2, site)
         self.view.set_source(*self.wanted)
-        self.view.set_corpus_choices(session.info.run is not None, self.corpus_path)
-        if self.corpus == "run" and session.info.run is None:
-            self.corpus = "builtin"
-        elif self.corpus == "builtin" and session.info.run is not None:
-            self.corpus = "run"  # a run's model reads its own data (a char model cannot read the built-in text)
+        self._offer_corpora()
 
     # -- the table --------------------------------------------------------------------------------------
     def use(self, kind: str, layer: int, site: str) -> None:
@@ -237,12 +222,6 @@ class FeaturesController(FeatureTraining, FeatureDashboardPart, PanelController[
         held[int(feature)] = float(value)
         self.ctx.change_ablation(lambda session: session.features.edit(held), on_error=self._edit_failed)
 
-    def reset_edits(self) -> None:
-        self.ctx.change_ablation(lambda session: session.interp.set_feature_edits(None, {}), on_error=self._edit_failed)
-
-    def _edit_failed(self, exc: BaseException) -> None:
-        self.view.set_error(self.report_error(exc, "Feature edit failed").inline)
-
     # -- export -----------------------------------------------------------------------------------------
     def export_meta(self) -> dict:
         info, state = self.ctx.session.info, self.ctx.session.interp.ablation
@@ -251,9 +230,6 @@ class FeaturesController(FeatureTraining, FeatureDashboardPart, PanelController[
             meta.update({"features": self.table.source.describe(), "hook": self.table.source.hook,
                          "corpus": f"{self.table.tokens:,} held-out tokens of {self.table.corpus}"})
         return meta
-
-    def export(self, kind: str, path: str) -> bool:
-        return self.export_to(path, self._writer(kind), self.view.set_error)
 
     def _writer(self, kind: str):
         def write(path: str):

@@ -3,13 +3,11 @@ trained in the background with progress, an ETA and Cancel, the corpus file chos
 from a training run — the same SAE walked back over the run's kept steps (features over training).
 
 A mixin of FeaturesController, which provides `view`, `ctx`, `submit`, `_show_table`, `_show_detail`,
-`_table_failed`, `detail` and `wanted`; nothing here is used alone.
+`_table_failed`, `detail` and `wanted`, and through DictionaryPanelPart (controllers/dictionary_panel.py,
+what it shares with the Circuits panel) the corpus, `_start_training`, `_progress` and `_training_ended`;
+nothing here is used alone.
 """
 from __future__ import annotations
-
-import time
-
-from PySide6.QtWidgets import QFileDialog
 
 KEYS = dict(table="features", detail="features-detail", prompt="features-prompt", train="features-train",
             over="features-over-training", readable="features-readable-prompt", saved_over="features-saved-over")
@@ -22,33 +20,17 @@ class FeatureTraining:
         layer, site = int(settings["layer"]), settings["site"]
         width, k, tokens = int(settings["width"]), int(settings["k"]), int(settings["tokens"])
         self._train_tokens = tokens
-        self.corpus, self.corpus_path = settings.get("corpus", "builtin"), settings.get("path", "") or self.corpus_path
-        corpus, path = self.corpus, self.corpus_path
+        corpus, path = self._take_corpus(settings)
         self.wanted = ("sae", layer, site)
-        self._train_started = time.monotonic()
-        self.view.set_training(True)
-        self.view.set_progress(0, tokens, "reading activations…")
+        self._start_training(tokens, "reading activations…")
         # An edit made meanwhile (Clamp, an ablation) does not undo it: it trains on the model itself. Its
         # table is for the weights it started on (another step or model: the result is dropped, the SAE kept).
         model, run = session.model, session.info.run
         self.submit(KEYS["train"], lambda token, progress: session.features.train(
             layer, site, width=width, k=k, tokens=tokens, corpus=corpus, path=path, progress=progress, cancel=token),
             still_current=lambda: session.model is model and session.info.run == run,
-            on_result=self._trained, on_error=self._table_failed, on_progress=self._train_progress,
+            on_result=self._trained, on_error=self._table_failed, on_progress=self._progress,
             on_finished=self._training_ended)
-
-    def _training_ended(self) -> None:
-        """A training or a walk ended (done, failed or cancelled): the form comes back and the progress
-        line goes, unless the walk over the run's steps that the training started is still going."""
-        runner = self.ctx.runner
-        if not (runner.is_running(KEYS["over"]) or runner.is_running(KEYS["train"])):
-            self.view.set_training(False)
-            self.view.set_progress(1, 1, "")
-
-    def _train_progress(self, done: int, total: int, message: str) -> None:
-        elapsed = time.monotonic() - self._train_started
-        eta = f" · about {elapsed * (total - done) / done:.0f} s left" if 0 < done < total and elapsed > 1 else ""
-        self.view.set_progress(done, total, f"{message}{eta}")
 
     def _trained(self, table) -> None:
         self._show_table(table)
@@ -62,13 +44,11 @@ class FeatureTraining:
         edit or another step shown meanwhile does not drop it."""
         session = self.ctx.session
         run = session.info.run
-        self._train_started = time.monotonic()
-        self.view.set_training(True)
-        self.view.set_progress(0, 1, "features over training: the SAE you trained stays; fitting the other kept steps…")
+        self._start_training(1, "features over training: the SAE you trained stays; fitting the other kept steps…")
         self.submit(KEYS["over"], lambda token, progress: session.features.over_training(
             folder, tokens=tokens, progress=progress, cancel=token),
             still_current=lambda: session.info.run is not None and session.info.run.root == run.root,
-            on_result=self._walked, on_error=self._table_failed, on_progress=self._train_progress,
+            on_result=self._walked, on_error=self._table_failed, on_progress=self._progress,
             on_finished=self._training_ended)
 
     def _walked(self, over) -> None:
@@ -89,12 +69,4 @@ class FeatureTraining:
         """The walk's series arrived: the feature on screen gets its chart and its 'formed at' title."""
         if self.detail is not None:
             self._show_detail(self.detail)
-
-    def _browse(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self.view, "A UTF-8 text file for the features", self.ctx.file_path(""),
-                                              "Text (*.txt *.md *.py);;All files (*)")
-        if path:
-            self.ctx.remember_folder_of(path)
-            self.corpus, self.corpus_path = "file", path
-            self.view.set_corpus_choices(self.ctx.session.info.run is not None, path)
 

@@ -89,6 +89,18 @@ def single_torch_thread():
 
 
 @pytest.fixture
+def corpus(tmp_path, monkeypatch) -> str:
+    """The features tests' corpus: a short English text in a file (its path returned), with this test's
+    data folder as XDG_DATA_HOME, where what is trained on it is saved."""
+    from tests.explorer.test_session_features import TEXT
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    path = tmp_path / "corpus.txt"
+    path.write_text(TEXT, encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture
 def hf_checkpoint(tmp_path):
     """Writes a tiny GPT-2 with transformers' own class (GPT-2 vocabulary, 2 layers, 4 heads,
     32 wide, 64 positions unless overridden) and returns its folder."""

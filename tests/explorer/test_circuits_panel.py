@@ -6,35 +6,19 @@ a run's circuit over its kept steps."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 
 import pytest
-import torch
 
 from explorer.session.circuits import store
+from tests.explorer.tiny_transcoders import PROMPT, TEXT, copy_set_for, train_tiny_set
 
 WAIT = 120_000
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
-TEXT = "the quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat " * 60
-PROMPT = "the quick brown fox jumps over the lazy"
 
 
 @pytest.fixture(scope="module")
 def saved_set(tmp_path_factory):
-    from explorer.session.core import Session
-
-    home = tmp_path_factory.mktemp("circuits-panel")
-    corpus = home / "corpus.txt"
-    corpus.write_text(TEXT, encoding="utf-8")
-    before, threads = os.environ.get("XDG_DATA_HOME"), torch.get_num_threads()
-    os.environ["XDG_DATA_HOME"] = str(home / "data")
-    torch.set_num_threads(1)
-    try:
-        tset = Session.tiny().circuits.train(width=64, k=4, tokens=16_384, corpus="file", path=str(corpus))
-    finally:
-        os.environ.pop("XDG_DATA_HOME") if before is None else os.environ.__setitem__("XDG_DATA_HOME", before)
-        torch.set_num_threads(threads)
+    tset, corpus = train_tiny_set(tmp_path_factory.mktemp("circuits-panel"))
     return store.Path(tset.folder), corpus
 
 
@@ -52,9 +36,7 @@ def _open(qtbot, window, corpus=None, thresholds=None):
 
 def _with_set(window, saved_set):
     folder, corpus = saved_set
-    target = store.set_folder(window.session.info, 64, 4)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(folder, target)
+    copy_set_for(window.session.info, folder)
     return corpus
 
 

@@ -17,16 +17,6 @@ from explorer.session.features.domain import FeaturesError
 from explorer.session.features.stats import dense_acts
 
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
-TEXT = ("the quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat and "
-        "a bird sings in the tall tree near the river bank every morning before the sun rises ") * 40
-
-
-@pytest.fixture
-def corpus(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    path = tmp_path / "corpus.txt"
-    path.write_text(TEXT, encoding="utf-8")
-    return str(path)
 
 
 @pytest.fixture

@@ -21,18 +21,10 @@ import torch
 
 from explorer.session.core import Session
 from explorer.session.features.store import METRICS_FILE, read_metrics
-from tests.explorer.test_session_features import TEXT, _char_run
+from tests.explorer.test_session_features import _char_run
 
 WAIT = 240_000
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
-
-
-@pytest.fixture
-def corpus(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    path = tmp_path / "corpus.txt"
-    path.write_text(TEXT, encoding="utf-8")
-    return str(path)
 
 
 def _weights(folder) -> bytes:

@@ -14,31 +14,15 @@ from explorer.session.circuits import store, training
 from explorer.session.circuits.domain import CircuitsDomain
 from explorer.session.circuits.store import CircuitsError, NoTranscoders
 from explorer.session.core import Session
+from tests.explorer.tiny_transcoders import PROMPT, copy_set_for, train_tiny_set
 
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
-TEXT = "the quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat " * 60
-PROMPT = "the quick brown fox jumps over the lazy"
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A tiny session's transcoders (width 64, k 4), trained once; each test copies them into its own data folder."""
-    import os
-
-    home = tmp_path_factory.mktemp("circuits-data")
-    corpus = home / "corpus.txt"
-    corpus.write_text(TEXT, encoding="utf-8")
-    before = os.environ.get("XDG_DATA_HOME")
-    os.environ["XDG_DATA_HOME"] = str(home / "data")
-    torch.set_num_threads(1)
-    try:
-        session = Session.tiny()
-        tset = session.circuits.train(width=64, k=4, tokens=16_384, corpus="file", path=str(corpus))
-    finally:
-        if before is None:
-            os.environ.pop("XDG_DATA_HOME")
-        else:
-            os.environ["XDG_DATA_HOME"] = before
+    tset, corpus = train_tiny_set(tmp_path_factory.mktemp("circuits-data"))
     return {"folder": store.Path(tset.folder), "corpus": corpus, "tset": tset}
 
 
@@ -46,9 +30,7 @@ def trained(tmp_path_factory):
 def session(trained):
     """A tiny session whose transcoders are saved where it looks for them (this test's data folder)."""
     s = Session.tiny()
-    target = store.set_folder(s.info, 64, 4)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(trained["folder"], target)
+    copy_set_for(s.info, trained["folder"])
     s.corpus = str(trained["corpus"])
     return s
 

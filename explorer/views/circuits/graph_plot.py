@@ -9,10 +9,10 @@ high). The logits, which all read the last position, stand side by side on the t
 the most probable at the right. A node's size grows with its influence on the logits (square root, so a
 node with a quarter of the largest influence is half as large); edges are coloured by sign (orange adds,
 blue takes away) and grouped into width buckets by |weight| against the largest drawn, so a redraw is a
-few setData calls (as the routes graph does). Tokens are named on the bottom axis, thinned so labels
-never overlap (the last position always named); logits above their nodes ("'u' 41%"); features beside
-their nodes ("L1 #421"), the most influential first, each where it overlaps no node or label already placed
-and stays inside the plot.
+few setData calls (widgets/graph_edges.py, shared with the routes graph). Tokens are named on the bottom
+axis, thinned so labels never overlap (the last position always named); logits above their nodes
+("'u' 41%"); features beside their nodes ("L1 #421"), the most influential first, each where it overlaps
+no node or label already placed and stays inside the plot.
 Every node and edge says what it is on hover.
 
 Passive: takes any object with CircuitGraph's fields (numpy arrays and plain values), emits
@@ -29,6 +29,7 @@ from PySide6.QtGui import QColor, QCursor, QFont, QFontMetrics
 from PySide6.QtWidgets import QToolTip
 
 from explorer.views.routes.ticks import GAP_PX, short_label
+from explorer.widgets.graph_edges import draw_buckets, nearest_segment, pointer_in_pixels, segment_ends
 from explorer.widgets.token_stream import visible_token
 
 FEATURE, ERROR, TOKEN, LOGIT = 0, 1, 2, 3  # explorer/session/circuits/results.py's KIND_*
@@ -183,21 +184,12 @@ class CircuitGraphPlot(pg.PlotWidget):
 
     # -- drawing ----------------------------------------------------------------------------------
     def _draw_edges(self, src, dst, weight) -> None:
-        self._xy0 = np.stack([self._x[src], self._y[src]], axis=1) if len(src) else np.zeros((0, 2))
-        self._xy1 = np.stack([self._x[dst], self._y[dst]], axis=1) if len(dst) else np.zeros((0, 2))
+        self._xy0, self._xy1 = segment_ends(self._x, self._y, src, dst)
         self._edges = (src, dst, weight)
         top = np.abs(weight).max() if len(weight) else 1.0
         share = np.abs(weight) / (top if top > 0 else 1.0)
         bucket = np.clip(np.searchsorted(WIDTH_SHARES, share, side="right") - 1, 0, len(WIDTHS) - 1)
-        sign = np.where(weight >= 0, 1, -1)
-        for (s, b), item in self._buckets.items():
-            keep = (bucket == b) & (sign == s)
-            if not keep.any():
-                item.setData([], [])
-                continue
-            xs = np.stack([self._xy0[keep, 0], self._xy1[keep, 0]], axis=1).ravel()
-            ys = np.stack([self._xy0[keep, 1], self._xy1[keep, 1]], axis=1).ravel()
-            item.setData(xs, ys, connect="pairs")
+        draw_buckets(self._buckets, self._xy0, self._xy1, np.where(weight >= 0, 1, -1), bucket)  # keyed (sign, bucket)
         self.drawn_edges = int(len(src))
 
     def _draw_nodes(self) -> None:
@@ -317,11 +309,7 @@ class CircuitGraphPlot(pg.PlotWidget):
         """What is under the pointer: a node's description, else an edge's ends and weight, else ''."""
         if self._graph is None or not self.sceneBoundingRect().contains(scene_pos):
             return ""
-        vb = self.getPlotItem().getViewBox()
-        p = vb.mapSceneToView(scene_pos)
-        px, py = vb.viewPixelSize()
-        scale = np.array([1.0 / max(px, 1e-12), 1.0 / max(py, 1e-12)])
-        q = np.array([p.x(), p.y()]) * scale
+        q, scale = pointer_in_pixels(self, scene_pos)
         nodes = np.stack([self._x, self._y], axis=1) * scale
         if len(nodes):
             d = np.hypot(*(nodes - q).T)
@@ -330,12 +318,8 @@ class CircuitGraphPlot(pg.PlotWidget):
                 return self._long[best]
         if not len(self._xy0):
             return ""
-        a, b = self._xy0 * scale, self._xy1 * scale
-        ab = b - a
-        t = np.clip(((q - a) * ab).sum(1) / np.maximum((ab * ab).sum(1), 1e-12), 0.0, 1.0)
-        d = np.hypot(*(a + t[:, None] * ab - q).T)
-        best = int(np.argmin(d))
-        return self.edge_text(best) if d[best] <= HOVER_PX else ""
+        best, distance = nearest_segment(self._xy0, self._xy1, q, scale)
+        return self.edge_text(best) if distance <= HOVER_PX else ""
 
     def edge_text(self, e: int) -> str:
         src, dst, weight = self._edges

@@ -6,16 +6,14 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QPalette
-from PySide6.QtWidgets import (
-    QDoubleSpinBox, QHBoxLayout, QLabel, QListWidgetItem, QPushButton, QTabWidget, QTextBrowser, QVBoxLayout, QWidget,
-)
+from PySide6.QtWidgets import QLabel, QListWidgetItem, QTabWidget, QTextBrowser, QVBoxLayout, QWidget
 
 from explorer.views.features.contexts import contexts_html
-from explorer.views.features.feature_detail import TokenList
-from explorer.widgets.elided_label import ElidedLabel
+from explorer.widgets.controls import side_by_side, tab_pages
+from explorer.widgets.feature_edits import FeatureEditRow
+from explorer.widgets.token_list import TokenList
 
 PICK_HINT = "Click a node of the graph: a feature shows what it reads and writes, every node its strongest edges."
-EDITS_NONE = "no feature edited"
 
 
 class EdgeList(TokenList):
@@ -45,6 +43,18 @@ class EdgeList(TokenList):
             self.nodeRequested.emit(kept)
 
 
+class NodeEditBar(FeatureEditRow):
+    """Clamp / Ablate for the transcoder feature shown, keyed (layer, index)."""
+
+    editRequested = Signal(int, int, float)  # layer, feature, value (0 ablates)
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__("The activation to hold the feature at on every token; above its usual values it steers",
+                         "Hold this transcoder feature at the value on every token, everywhere in the app (the "
+                         "transcoder's error is kept: only this feature changes); the graph is then the edited model's",
+                         "Set this feature to 0 on every token, everywhere in the app", parent)
+
+
 class NodeDetail(QWidget):
     """Passive: `set_node`, `clear_node`, `set_edits` in; edit intents and node requests out."""
 
@@ -58,42 +68,18 @@ class NodeDetail(QWidget):
         self.title = QLabel(PICK_HINT)
         self.title.setWordWrap(True)
         self.title.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        edit_row = self._edit_row()
+        self.edit_bar = bar = NodeEditBar()
+        self.value, self.clamp, self.ablate, self.edits, self.reset = bar.value, bar.clamp, bar.ablate, bar.edits, bar.reset
+        bar.editRequested.connect(self.editRequested)
+        bar.resetEditsRequested.connect(self.resetEditsRequested)
         self.tabs = self._tabs()
         box = QVBoxLayout(self)
         box.setContentsMargins(4, 0, 0, 0)
         box.addWidget(self.title)
-        box.addLayout(edit_row)
+        box.addWidget(bar)
         box.addWidget(self.tabs, 1)
         self.clear_node(PICK_HINT)
         self.set_edits("")
-
-    def _edit_row(self) -> QHBoxLayout:
-        """The value box, Clamp, Ablate, the edits in force and Reset, on one row."""
-        self.value = QDoubleSpinBox()
-        self.value.setRange(-9999.0, 9999.0)
-        self.value.setDecimals(2)
-        self.value.setValue(5.0)
-        self.value.setToolTip("The activation to hold the feature at on every token; above its usual values it steers")
-        self.clamp = QPushButton("Clamp")
-        self.clamp.setToolTip("Hold this transcoder feature at the value on every token, everywhere in the app "
-                              "(the transcoder's error is kept: only this feature changes); the graph is then the "
-                              "edited model's")
-        self.clamp.clicked.connect(lambda: self._request(float(self.value.value())))
-        self.ablate = QPushButton("Ablate")
-        self.ablate.setToolTip("Set this feature to 0 on every token, everywhere in the app")
-        self.ablate.clicked.connect(lambda: self._request(0.0))
-        self.edits = ElidedLabel()
-        self.reset = QPushButton("Reset")
-        self.reset.setToolTip("Remove every feature edit: the model runs unedited again")
-        self.reset.clicked.connect(self.resetEditsRequested)
-        edit_row = QHBoxLayout()
-        edit_row.setContentsMargins(0, 0, 0, 0)
-        for widget in (self.value, self.clamp, self.ablate):
-            edit_row.addWidget(widget)
-        edit_row.addWidget(self.edits, 1)
-        edit_row.addWidget(self.reset)
-        return edit_row
 
     def _tabs(self) -> QTabWidget:
         """Edges (strongest in and out), Contexts (where the feature fires), Logits (what it writes)."""
@@ -102,30 +88,16 @@ class NodeDetail(QWidget):
         self.promoted = TokenList("promotes", "Tokens whose logits its decoder row raises most (through the final "
                                   "norm's gain and the unembedding)")
         self.suppressed = TokenList("suppresses", "Tokens whose logits its decoder row lowers most")
-        logits = QWidget()
-        logits_box = QHBoxLayout(logits)
-        logits_box.setContentsMargins(0, 0, 0, 0)
-        logits_box.addWidget(self.promoted)
-        logits_box.addWidget(self.suppressed)
         self.incoming = EdgeList("from", "The node's strongest incoming edges in the whole graph: how much each source "
                                  "moves it (its direct effect)")
         self.outgoing = EdgeList("into", "The node's strongest outgoing edges in the whole graph")
         for edges in (self.incoming, self.outgoing):
             edges.nodeRequested.connect(self.nodeRequested)
-        edges_tab = QWidget()
-        edges_box = QHBoxLayout(edges_tab)
-        edges_box.setContentsMargins(0, 0, 0, 0)
-        edges_box.addWidget(self.incoming)
-        edges_box.addWidget(self.outgoing)
-        tabs = QTabWidget()
-        tabs.setUsesScrollButtons(False)
-        tabs.addTab(edges_tab, "Edges")
-        tabs.addTab(self.contexts, "Contexts")
-        tabs.addTab(logits, "Logits")
-        tabs.setTabToolTip(0, "The strongest edges into and out of the node")
-        tabs.setTabToolTip(1, "Where the feature fires on held-out text: its strongest contexts")
-        tabs.setTabToolTip(2, "What the feature's decoder row writes, read through the unembedding")
-        return tabs
+        return tab_pages([
+            (side_by_side(self.incoming, self.outgoing), "Edges", "The strongest edges into and out of the node"),
+            (self.contexts, "Contexts", "Where the feature fires on held-out text: its strongest contexts"),
+            (side_by_side(self.promoted, self.suppressed), "Logits", "What the feature's decoder row writes, read "
+                                                                     "through the unembedding")])
 
     def set_node(self, title: str, feature: tuple[int, int] | None, contexts: list, promoted: list, suppressed: list,
                  incoming: list, outgoing: list) -> None:
@@ -153,14 +125,7 @@ class NodeDetail(QWidget):
         self._enable_edit()
 
     def set_edits(self, text: str) -> None:
-        self.edits.setText(text or EDITS_NONE)
-        self.edits.setStyleSheet("color: #dc2626; font-weight: 600;" if text else "color: #8c8c8c;")
-        self.reset.setEnabled(bool(text))
+        self.edit_bar.set_edits(text)
 
     def _enable_edit(self) -> None:
-        for widget in (self.value, self.clamp, self.ablate):
-            widget.setEnabled(self.feature is not None)
-
-    def _request(self, value: float) -> None:
-        if self.feature is not None:
-            self.editRequested.emit(self.feature[0], self.feature[1], value)
+        self.edit_bar.set_feature(self.feature)

@@ -5,98 +5,29 @@ through the unembedding."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (
-    QDoubleSpinBox, QHBoxLayout, QLabel, QListWidget, QPushButton, QSplitter, QTabWidget, QVBoxLayout, QWidget,
-)
+from PySide6.QtWidgets import QLabel, QSplitter, QVBoxLayout, QWidget
 
 from explorer.views.features.charts import ActivationHistogram, OverTrainingChart
 from explorer.views.features.examples import ExampleView
 from explorer.views.features.neighbours import NeighbourList
-from explorer.widgets.elided_label import ElidedLabel
-from explorer.widgets.token_stream import visible_token
+from explorer.widgets.controls import side_by_side, tab_pages
+from explorer.widgets.feature_edits import FeatureEditRow
+from explorer.widgets.token_list import TokenList
 
 PICK_HINT = "Select a feature in the list (or click one of a prompt token's features) to see what it fires on."
-EDITS_NONE = "no feature edited"
 
 
-class EditBar(QWidget):
+class EditBar(FeatureEditRow):
     """A value, Clamp and Ablate for the selected feature; the edits in force and Reset."""
 
     editRequested = Signal(int, float)
-    resetEditsRequested = Signal()
 
     def __init__(self, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.feature: int | None = None
-        self.value = QDoubleSpinBox()
-        self.value.setRange(-9999.0, 9999.0)
-        self.value.setDecimals(2)
-        self.value.setValue(5.0)
-        self.value.setToolTip("The activation to hold the feature at on every token; above its maximum it steers")
-        self.clamp = QPushButton("Clamp")
-        self.clamp.setToolTip("Hold the selected feature at the value on every token, everywhere in the app "
-                              "(the SAE's error term is kept: only this feature changes)")
-        self.clamp.clicked.connect(lambda: self._request(float(self.value.value())))
-        self.ablate = QPushButton("Ablate")
-        self.ablate.setToolTip("Set the selected feature to 0 on every token, everywhere in the app")
-        self.ablate.clicked.connect(lambda: self._request(0.0))
-        self.edits = ElidedLabel()
+        super().__init__("The activation to hold the feature at on every token; above its maximum it steers",
+                         "Hold the selected feature at the value on every token, everywhere in the app (the SAE's "
+                         "error term is kept: only this feature changes)",
+                         "Set the selected feature to 0 on every token, everywhere in the app", parent)
         self.edits.setObjectName("featureEdits")
-        self.edits.setStyleSheet("color: #dc2626; font-weight: 600;")
-        self.reset = QPushButton("Reset")
-        self.reset.setToolTip("Remove every feature edit: the model runs unedited again")
-        self.reset.clicked.connect(self.resetEditsRequested)
-        row = QHBoxLayout(self)
-        row.setContentsMargins(0, 0, 0, 0)
-        row.addWidget(self.value)
-        row.addWidget(self.clamp)
-        row.addWidget(self.ablate)
-        row.addWidget(self.edits, 1)
-        row.addWidget(self.reset)
-        self.set_feature(None)
-        self.set_edits("")
-
-    def set_feature(self, feature: int | None) -> None:
-        self.feature = feature
-        for widget in (self.value, self.clamp, self.ablate):
-            widget.setEnabled(feature is not None)
-
-    def set_edits(self, text: str) -> None:
-        self.edits.setText(text or EDITS_NONE)
-        self.edits.setStyleSheet("color: #dc2626; font-weight: 600;" if text else "color: #8c8c8c;")
-        self.reset.setEnabled(bool(text))
-
-    def _request(self, value: float) -> None:
-        if self.feature is not None:
-            self.editRequested.emit(self.feature, value)
-
-
-class TokenList(QWidget):
-    """A titled list of (token, value) rows: what the decoder direction promotes or suppresses."""
-
-    def __init__(self, title: str, tip: str, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.list = QListWidget()
-        self.list.setToolTip(tip)
-        # narrow (900 px): each row keeps its token's start and its value, "␣Poti…  +0.01", never a scroll bar
-        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.list.setTextElideMode(Qt.TextElideMode.ElideMiddle)
-        heading = QLabel(f"<b>{title}</b>")
-        heading.setToolTip(tip)
-        box = QVBoxLayout(self)
-        box.setContentsMargins(0, 0, 0, 0)
-        box.setSpacing(2)
-        box.addWidget(heading)
-        box.addWidget(self.list, 1)
-
-    def set_rows(self, rows) -> None:
-        self.list.clear()
-        self.list.addItems([f"{visible_token(str(t))}  {float(v):+.2f}" for t, v in rows])
-        for i in range(self.list.count()):  # the whole row on hover, where it is elided
-            self.list.item(i).setToolTip(self.list.item(i).text())
-
-    def texts(self) -> list[str]:
-        return [self.list.item(i).text() for i in range(self.list.count())]
 
 
 class FeatureDetail(QWidget):
@@ -116,26 +47,19 @@ class FeatureDetail(QWidget):
         self.context_view = self.examples.browser
         self.training_chart = OverTrainingChart()
         self.neighbours = NeighbourList()
-        self.tabs = QTabWidget()
-        self.tabs.setUsesScrollButtons(False)  # every tab's name in view, at 900 px too
-        self.tabs.addTab(self.examples, "Examples")
-        self.tabs.addTab(self.training_chart, "Over training")
-        self.tabs.addTab(self.neighbours, "Nearest")
+        self.tabs = tab_pages([
+            (self.examples, "Examples", "Where the feature fires: its strongest contexts, then examples at each "
+                                        "activation level and at random"),
+            (self.training_chart, "Over training", "For a model from a training run with SAEs fitted along its kept "
+                                                   "steps"),
+            (self.neighbours, "Nearest", "The features whose decoder directions are nearest this one's")])
         self.tabs.setTabEnabled(1, False)
-        self.tabs.setTabToolTip(0, "Where the feature fires: its strongest contexts, then examples at each activation "
-                                   "level and at random")
-        self.tabs.setTabToolTip(1, "For a model from a training run with SAEs fitted along its kept steps")
-        self.tabs.setTabToolTip(2, "The features whose decoder directions are nearest this one's")
         self.histogram = ActivationHistogram()
         self.histogram.setMinimumHeight(100)  # readable in a 900×600 window too (it was ~70 px there)
         self.promoted = TokenList("promotes", "Tokens whose logits its decoder direction raises most (through the "
                                   "unembedding)")
         self.suppressed = TokenList("suppresses", "Tokens whose logits its decoder direction lowers most")
-        lists = QWidget()
-        lists_box = QHBoxLayout(lists)
-        lists_box.setContentsMargins(0, 0, 0, 0)
-        lists_box.addWidget(self.promoted)
-        lists_box.addWidget(self.suppressed)
+        lists = side_by_side(self.promoted, self.suppressed)
         lists.setMinimumHeight(90)
         column = QSplitter(Qt.Orientation.Vertical)  # the histogram over the two token lists, beside the examples;
         column.addWidget(self.histogram)  # the user moves the line between them

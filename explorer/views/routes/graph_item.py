@@ -5,10 +5,8 @@ tokens (X0_j); layer l adds a row for the residual after attention (A{l}_i, y = 
 for the residual after the block (I{l}_i, y = 2l+2), with the MLP (M{l}_i) a small node between
 them, a little to the right. Attention edges run from I{l-1}_j (or X0_j) up to A{l}_i.
 
-Why buckets: a 32-token GPT-2 graph has thousands of candidate edges and a threshold drag redraws
-it many times a second; one PlotCurveItem per edge would rebuild thousands of items. Edges are
-grouped by width into a fixed set of curves (created once, `setData(connect="pairs")` after), so
-a redraw is a few numpy operations and a dozen setData calls.
+Edges are grouped by width into a fixed set of curves, created once (explorer/widgets/graph_edges.py
+says why: a 32-token GPT-2 graph has thousands of candidate edges, redrawn on every threshold drag).
 
 Passive: takes numpy arrays (any object with RouteGraph's fields), emits what the pointer did.
 """
@@ -20,6 +18,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QFontMetrics
 
 from explorer.views.routes.ticks import short_label, thinned_ticks
+from explorer.widgets.graph_edges import draw_buckets, nearest_segment, pointer_in_pixels, segment_ends
 from explorer.widgets.token_stream import visible_token
 
 KIND_X, KIND_A, KIND_M, KIND_I = 0, 1, 2, 3
@@ -103,18 +102,10 @@ class RouteGraphPlot(pg.PlotWidget):
         """Draw `graph` (RouteGraph-shaped): every edge above its threshold, the route in colour."""
         x, y = node_xy(graph.node_kind, graph.node_layer, graph.node_pos)
         src, dst, w = np.asarray(graph.src), np.asarray(graph.dst), np.asarray(graph.weight, dtype=float)
-        self._xy0 = np.stack([x[src], y[src]], axis=1) if len(src) else np.zeros((0, 2))
-        self._xy1 = np.stack([x[dst], y[dst]], axis=1) if len(dst) else np.zeros((0, 2))
+        self._xy0, self._xy1 = segment_ends(x, y, src, dst)
         bucket = np.clip(np.searchsorted(WIDTH_EDGES, w, side="right") - 1, 0, len(WIDTHS) - 1)
         route = np.asarray(graph.on_route, dtype=bool)
-        for (on_route, b), item in self._buckets.items():
-            keep = (bucket == b) & (route == on_route)
-            if not keep.any():
-                item.setData([], [])
-                continue
-            xs = np.stack([self._xy0[keep, 0], self._xy1[keep, 0]], axis=1).ravel()
-            ys = np.stack([self._xy0[keep, 1], self._xy1[keep, 1]], axis=1).ravel()
-            item.setData(xs, ys, connect="pairs")
+        draw_buckets(self._buckets, self._xy0, self._xy1, route, bucket)  # keyed (on the route, width bucket)
         self._draw_nodes(graph, x, y, src, dst, route)
         self.drawn_edges, self.route_edges = int(len(src)), int(route.sum())
         self.select_edge(-1)
@@ -185,17 +176,8 @@ class RouteGraphPlot(pg.PlotWidget):
         """The edge nearest the pointer within HOVER_PX pixels, or -1."""
         if not len(self._xy0) or not self.sceneBoundingRect().contains(scene_pos):
             return -1
-        vb = self.getPlotItem().getViewBox()
-        p = vb.mapSceneToView(scene_pos)
-        px, py = vb.viewPixelSize()  # data units per pixel
-        scale = np.array([1.0 / max(px, 1e-12), 1.0 / max(py, 1e-12)])
-        a, b = self._xy0 * scale, self._xy1 * scale  # (E, 2) in pixels
-        q = np.array([p.x(), p.y()]) * scale
-        ab = b - a
-        t = np.clip(((q - a) * ab).sum(1) / np.maximum((ab * ab).sum(1), 1e-12), 0.0, 1.0)
-        d = np.hypot(*(a + t[:, None] * ab - q).T)
-        best = int(np.argmin(d))
-        return best if d[best] <= HOVER_PX else -1
+        best, distance = nearest_segment(self._xy0, self._xy1, *pointer_in_pixels(self, scene_pos))
+        return best if distance <= HOVER_PX else -1
 
     def _on_mouse_moved(self, scene_pos) -> None:
         index = self.edge_at(scene_pos)
