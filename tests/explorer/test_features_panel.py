@@ -148,3 +148,15 @@ def test_a_features_token_history_names_each_change_with_its_step():
     over = types.SimpleNamespace(steps=np.array([0, 10, 20]), labels=(("a", ""), ("a", "c"), ("x", "c")))
     assert token_history(over, 0) == "'a' (0) → 'x' (20)"
     assert token_history(over, 1) == "none (0) → 'c' (10)"
+
+
+def test_cancel_stops_the_walk_over_training_as_well_as_the_training(features, monkeypatch):
+    """Cancel is enabled while the walk over a run's steps runs after an SAE's training: it must name the
+    walk's task too, or it would do nothing then (it named only the training's)."""
+    from explorer.controllers.features_training import KEYS
+
+    c, view = features.controller, features.view
+    asked = []
+    monkeypatch.setattr(c.ctx.runner, "cancel", lambda key: asked.append(key))
+    view.cancelRequested.emit()
+    assert set(asked) == {KEYS["train"], KEYS["over"]}
