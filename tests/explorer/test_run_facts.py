@@ -134,7 +134,7 @@ def test_start_after_leaving_latest_follows_the_new_run_in_the_banner_and_status
     c.view.choose_step(10)  # back to an earlier step: "latest" is unticked
     qtbot.waitUntil(lambda: window.session.info.run.step == 10, timeout=WAIT)
     assert not c.view.follows_latest()
-    c.start_with(dict(TINY, max_iters=20, eval_interval=10))
+    c.start_with(dict(TINY, max_iters=30, eval_interval=10))  # "of 30": its own steps never read "step 10 of 20"
     new_root = c.follower.root
     qtbot.waitUntil(lambda: window.session.info.run is not None and Path(window.session.info.run.root) == new_root,
                     timeout=WAIT)
@@ -142,4 +142,5 @@ def test_start_after_leaving_latest_follows_the_new_run_in_the_banner_and_status
     qtbot.waitUntil(lambda: f"Training run {new_root.name}</b>" in window.banner.text(), timeout=WAIT)
     assert "Training run run</b>" not in window.banner.text()
     assert "step 10 of 20" not in window.status_labels["model"].text()  # the old run's step is gone from the labels
+    assert " of 30" in window.status_labels["model"].text()  # ...and the new run's is there
     qtbot.waitUntil(lambda: not c.process.running, timeout=WAIT)
