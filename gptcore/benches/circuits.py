@@ -1,11 +1,14 @@
-"""`python -m gptcore.bench --circuits [--quick] [--json] [--model CKPT]`: transcoders and attribution
-graphs (issue 38), three figures in one run.
+"""`python -m gptcore.bench --circuits [--quick] [--json] [--model CKPT] [--device cpu|cuda]`: transcoders
+and attribution graphs (issue 38), three figures in one run.
 
 1. a char model's transcoders: the 2-layer 128-wide char model of the SAE bench (trained here for
    --train-seconds on the pydoc corpus, or --model CKPT), `train_transcoders` at width 1024, k 16,
-   2M tokens a layer, then `transcoder_metrics` on the held-out split (bars: variance unexplained
-   <= 0.25 per layer, CE loss recovered with every MLP replaced >= 0.8), and one attribution graph
-   of a held-out prompt (its size, pruned size, and the error nodes' share of influence);
+   2M tokens a layer on --device (where the model is put; issue 37), then `transcoder_metrics` on the
+   held-out split (bars: variance unexplained <= 0.25 per layer, CE loss recovered with every MLP
+   replaced >= 0.8; dead: features that never fire on the held-out text, and, beside it, on the
+   training text, since a feature that fires on a few rare training contexts may miss the held-out
+   ones), and one attribution graph of a held-out prompt (its size, pruned size, and the error nodes'
+   share of influence);
 2. the training step: `TranscoderTrainer.step` (hand-written sparse gradients) against the same
    loss through autograd with dense tensors, at the char model's shape, interleaved medians;
 3. the graph at the issue's size: a 4-layer 256-wide model, width-2,048 k-16 transcoders (random
@@ -14,7 +17,7 @@ graphs (issue 38), three figures in one run.
    targets through the frozen model) timed on a sample of batches and scaled to every target; the
    sampled rows are checked equal to ours.
 
---quick shrinks every part (a test runs it end to end). Timings on a shared machine are noisy.
+Parts 2 and 3 run on the CPU (their bars are the CPU's). --quick shrinks every part (a test runs it end to end). Timings on a shared machine are noisy.
 """
 from __future__ import annotations
 
@@ -27,13 +30,14 @@ import torch
 
 from gptcore.benches.sae import char_model, windows
 from gptcore.benches.sae_speed import peak_extra_bytes
-from gptcore.benches.timing import machine_line, timed, timed_pair
+from gptcore.benches.timing import machine_line, sync, timed, timed_pair
 from gptcore.interp.circuits.graph import attribution_graph
 from gptcore.interp.circuits.harvest import train_transcoders
 from gptcore.interp.circuits.metrics import transcoder_metrics
 from gptcore.interp.circuits.prune import node_influence, prune_graph
 from gptcore.interp.circuits.train_step import TranscoderTrainer
 from gptcore.interp.circuits.transcoder import Transcoder
+from gptcore.io.loading import resolve_device
 from gptcore.model.config import GPTConfig
 from gptcore.model.gpt import GPT
 from gptcore.training.data import load_corpus
@@ -48,24 +52,30 @@ def char_transcoders(args, say) -> dict:
         model, corpus = load(args.model)[0].eval(), load_corpus()
     else:
         model, corpus = char_model(args.train_seconds, say)
+    device = resolve_device(args.device)
+    model = model.to(device)
     train_ids, val_ids = windows(corpus.train, 64, 512 if args.quick else None), windows(corpus.val, 64)
     tokens = 65_536 if args.quick else args.tokens
     box = {}
     start = time.perf_counter()
     peak = peak_extra_bytes(lambda: box.setdefault("t", train_transcoders(
         model, train_ids, width=1024, k=16, tokens=tokens, batch=4096)), calls=1)
+    sync(device)
     seconds = time.perf_counter() - start
     m = transcoder_metrics(model, box["t"], val_ids[:64] if args.quick else val_ids)
+    on_train = transcoder_metrics(model, box["t"], train_ids)
     passed = all(f <= BARS["fvu"] for f in m.fvu) and m.ce_loss_recovered >= BARS["ce_loss_recovered"]
-    say(f"char model transcoders, width 1024, k 16, {tokens:,} tokens a layer, both layers: {seconds:.1f} s "
-        f"(reading included), peak extra memory {peak / 2**20:.0f} MB")
-    say(f"  held-out ({m.tokens:,} tokens): variance unexplained {', '.join(f'{f:.3f}' for f in m.fvu)} "
-        f"(bar <= {BARS['fvu']}), L0 {', '.join(f'{v:.1f}' for v in m.l0)}, dead "
-        f"{', '.join(f'{v:.0%}' for v in m.dead_fraction)}; CE loss recovered with every MLP replaced "
-        f"{m.ce_loss_recovered:.3f} (bar >= {BARS['ce_loss_recovered']}; clean {m.ce_clean:.3f}, replaced "
+    say(f"char model transcoders on {device}, width 1024, k 16, {tokens:,} tokens a layer, both layers: "
+        f"{seconds:.1f} s (reading included), peak extra host memory {peak / 2**20:.0f} MB")
+    say(f"  held-out ({m.tokens:,} tokens): variance unexplained {', '.join(f'{f:.4f}' for f in m.fvu)} "
+        f"(bar <= {BARS['fvu']}), L0 {', '.join(f'{v:.2f}' for v in m.l0)}, dead "
+        f"{', '.join(f'{v:.1%}' for v in m.dead_fraction)} (on the {on_train.tokens:,} training tokens: "
+        f"{', '.join(f'{v:.1%}' for v in on_train.dead_fraction)}); CE loss recovered with every MLP replaced "
+        f"{m.ce_loss_recovered:.4f} (bar >= {BARS['ce_loss_recovered']}; clean {m.ce_clean:.3f}, replaced "
         f"{m.ce_replaced:.3f}, MLPs zeroed {m.ce_zero:.3f} nats): {'meets' if passed else 'misses'} the bars")
-    out = {"char_tc_s": seconds, "char_tc_peak_mb": peak / 2**20, "char_tc_tokens": tokens,
+    out = {"char_tc_s": seconds, "char_tc_peak_mb": peak / 2**20, "char_tc_tokens": tokens, "char_device": str(device),
            "char_fvu": list(m.fvu), "char_l0": list(m.l0), "char_dead": list(m.dead_fraction),
+           "char_dead_train": list(on_train.dead_fraction),
            "char_ce_clean": m.ce_clean, "char_ce_replaced": m.ce_replaced, "char_ce_zero": m.ce_zero,
            "char_ce_loss_recovered": m.ce_loss_recovered, "char_meets_bars": passed}
     out.update(char_graph(model, box["t"], val_ids[0], corpus, say))
@@ -249,6 +259,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tokens", type=int, default=2_000_000, help="transcoder training tokens a layer (default 2M)")
     parser.add_argument("--runs", type=int, default=5, help="timed training steps per side (default 5)")
     parser.add_argument("--skip-char", action="store_true", help="leave out part 1 (the char model)")
+    parser.add_argument("--device", default="cpu", help="where part 1's model runs and its transcoders train: cpu "
+                                                        "(default) or cuda[:N]")
     args = parser.parse_args(argv)
     if args.quick:
         args.train_seconds = min(args.train_seconds, 3.0)

@@ -43,7 +43,9 @@ def test_training_saves_the_set_beside_the_model_with_metrics_that_a_new_session
                                                         "metrics.json"]
     assert folder.parent.name == "tiny-test" and folder.name == "w64-k4"  # the user's data folder, by model
     m = tset.metrics
-    assert len(m["fvu"]) == 2 and all(0 <= v < 1 for v in m["fvu"]) and m["l0"] == pytest.approx([4.0, 4.0], abs=0.5)
+    assert len(m["fvu"]) == 2 and all(0 <= v < 1 for v in m["fvu"])
+    assert all(3.0 <= v <= 4.0 for v in m["l0"])  # at most k; b_enc starts negative (issue 39's equal start), so
+    # after the few steps of this tiny fit the ReLU still cuts some top-k values
     assert m["ce_loss_recovered"] == pytest.approx((m["ce_zero"] - m["ce_replaced"]) / (m["ce_zero"] - m["ce_clean"]))
     assert tset.measured_on == "corpus.txt" and m["tokens"] > 0
     monkeypatch.setattr(training, "measure", lambda *a, **k: pytest.fail("measured again"))

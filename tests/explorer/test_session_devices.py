@@ -159,3 +159,22 @@ def test_a_feature_sae_trained_on_the_models_device_and_clamped(pair):
     clamped = session.generation.next_token(PROMPT).logits
     session.interp.clear_ablation()
     assert np.abs(session.generation.next_token(PROMPT).logits - clamped).max() > 1e-4  # the clamp did something
+
+
+def test_transcoders_trained_on_the_models_device_and_the_circuit_drawn_there(pair):
+    """The Circuits panel's set is trained by the session on the device and opened there; the CPU session
+    opens the very set it saved (same run, same step), so both graphs are of the same weights."""
+    device, session, cpu = pair
+    for s in (session, cpu):
+        s.interp.clear_ablation()  # no edit held from an earlier test: both graphs are of the model itself
+    tset = session.circuits.train(width=32, k=4, tokens=8192, corpus="run")
+    _folder, _stamp, transcoders, _tset = session.circuits._set  # noqa: SLF001 - where the set in use lives is the point
+    assert all(p.device == session.model.device for t in transcoders for p in t.parameters())
+    assert tset.metrics and np.isfinite(tset.metrics["fvu"]).all()
+    views = [s.circuits.graph(CLEAN, 0.8, 0.98) for s in (session, cpu)]  # within the 32-token context
+    assert cpu.circuits.current_set().folder == tset.folder and views[0].n_nodes == views[1].n_nodes
+    got, want = (s.circuits._graph.graph for s in (session, cpu))  # noqa: SLF001 - the full graphs, before pruning
+    assert torch.equal(got.features, want.features) and torch.equal(got.logit_tokens, want.logit_tokens)
+    scale = float(want.adjacency.abs().max())
+    assert float((got.adjacency - want.adjacency).abs().max()) <= _tolerance(device)["atol"] * max(scale, 1.0)
+    np.testing.assert_allclose(got.logit_probs, want.logit_probs, **_tolerance(device))

@@ -12,6 +12,9 @@ from gptcore.interp.circuits.train_step import TranscoderTrainer
 from gptcore.interp.circuits.fit import warm_start_lr
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
+CUDA_MARKS = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+DEVICES = ["cpu", pytest.param("cuda", marks=CUDA_MARKS)]  # as test_sae_core.py's (this module is imported by
+# tests/explorer as tests.gptcore.…, where test_sae_core is not importable by its bare name)
 
 
 def random_transcoder(d=8, width=32, k=4, skip=True, seed=0):
@@ -50,41 +53,60 @@ def test_a_relu_transcoder_keeps_every_positive_pre_activation():
         t.encode_topk(x)
 
 
-@pytest.mark.parametrize("n_dead", [0, 3, 20])
-@pytest.mark.parametrize("skip", [True, False])
-def test_the_hand_written_gradients_equal_autograd(n_dead, skip):
-    B, d, W, k = 40, 12, 64, 4
-    gen = torch.Generator().manual_seed(2)
+def trainer(device, dtype=None, n_dead=0, skip=True, B=40, d=12, W=64, k=4, seed=2):
+    """A transcoder trainer with random weights on `device` (drawn on the host: the same on every device),
+    its first n_dead latents dead, and a batch x (B, d), y (B, d) there."""
+    gen = torch.Generator().manual_seed(seed)
     dec = torch.randn(W, d, generator=gen)
     dec /= dec.norm(dim=1, keepdim=True)
     enc = torch.randn(W, d, generator=gen)
-    tr = TranscoderTrainer(enc, torch.randn(W, generator=gen), dec, 0.1 * torch.randn(d, generator=gen),
-                           0.1 * torch.randn(d, d, generator=gen) if skip else None, k, 1e-3, dead_tokens=0)
+    skip_matrix = 0.1 * torch.randn(d, d, generator=gen) if skip else None
+    tr = TranscoderTrainer(enc.to(device), torch.randn(W, generator=gen).to(device), dec.to(device),
+                           0.1 * torch.randn(d, generator=gen), skip_matrix, k, 1e-3, dead_tokens=0, compute_dtype=dtype)
     tr.since_fired[:n_dead] = 1  # > dead_tokens: these are dead
     x, y = torch.randn(B, d, generator=gen), 2 * torch.randn(B, d, generator=gen) + 1
-    # oracle: the TopK recipe's loss through dense tensors, autograd
+    return tr, x.to(device), y.to(device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n_dead", [0, 3, 20, 40])  # none; all dead used; top-k_aux of many (dense or sparse form)
+@pytest.mark.parametrize("skip", [True, False])
+def test_the_hand_written_gradients_equal_autograd_on_every_device_and_product_dtype(device, dtype, n_dead, skip):
+    """Oracle: the TopK recipe's loss by autograd through dense tensors. With bfloat16 products the
+    pre-activations are the bfloat16 product's values (the top-k read from it), their gradient the
+    float32 one (the cast is a rounding, not a function to differentiate), as test_sae_core.py's oracle."""
+    tr, x, y = trainer(device, dtype, n_dead, skip)
+    B, d, W, k = x.shape[0], x.shape[1], tr.width, tr.k
     params = [p.clone().requires_grad_() for p in tr.params]
     E, b_enc, D, b_dec = params[:4]
-    pre = x @ E.T + b_enc
-    vals, idx = pre.topk(k)
-    recon = (vals.relu()[:, :, None] * D[idx]).sum(1) + b_dec + (x @ params[4] if skip else 0)
+    exact = x @ E.T + b_enc  # (B, W): no input centring
+    low = torch.addmm(tr.b_enc.to(dtype), x.to(dtype), tr.enc.to(dtype).t())  # what the step ranks
+    pre = exact + (low.float() - exact).detach()
+    idx = low.topk(k, dim=1, sorted=False).indices  # ranked as the step ranks (bfloat16 has ties)
+    recon = (pre.gather(1, idx).relu()[:, :, None] * D[idx]).sum(1) + b_dec + (x @ params[4] if skip else 0)
     total = (y - y.mean(0)).pow(2).sum()
     e = y - recon
     loss = e.pow(2).sum() / total
     if n_dead:
         k_aux = min(d // 2, n_dead)
-        masked = torch.where(torch.arange(W)[None] < n_dead, pre, -math.inf)
-        a_vals, a_idx = masked.topk(k_aux)
-        e_hat = (a_vals.relu()[:, :, None] * D[a_idx]).sum(1)
+        aidx = low.index_select(1, torch.arange(n_dead, device=device)).topk(k_aux, dim=1, sorted=False).indices
+        e_hat = (pre.gather(1, aidx).relu()[:, :, None] * D[aidx]).sum(1)
         loss = loss + min(n_dead / (d // 2), 1.0) * (e_hat - e.detach()).pow(2).sum() / total / 32
     loss.backward()
-    fvu, grads, _ = tr.gradients(x, y)
-    assert fvu == pytest.approx(float(e.detach().pow(2).sum() / total), rel=1e-5)
     radial = (D.grad * tr.W_dec).sum(1, keepdim=True) * tr.W_dec  # decoder rows stay unit: radial part removed
     want = [E.grad, b_enc.grad, D.grad - radial, b_dec.grad] + ([params[4].grad] if skip else [])
-    assert len(grads) == len(want)
-    for got, ref in zip(grads, want):
-        assert torch.allclose(got, ref, atol=1e-5, rtol=1e-4)
+    seen = []
+    tr.adam.step = lambda: seen.extend(p.grad.clone() for p in tr.params)
+    fvu = tr.step(x, y)
+    assert fvu.device.type == torch.device(device).type and fvu.dim() == 0  # read back only when wanted
+    assert float(fvu) == pytest.approx(float(e.detach().pow(2).sum() / total), rel=1e-5)
+    exact_inputs = dtype == torch.float32 or not n_dead  # AuxK's products run in `dtype` too: bfloat16's
+    assert len(seen) == len(want)  # rounding of their inputs (2^-8 relative) then shows, in proportion to the gradient
+    for got, ref in zip(seen, want):
+        assert got.device == ref.device
+        tol = dict(atol=1e-5, rtol=1e-4) if exact_inputs else dict(atol=1e-3 * float(ref.abs().max()), rtol=1e-3)
+        assert torch.allclose(got, ref, **tol)
 
 
 def sparse_map_data(n=30_000, d=32, n_true=48, k_true=2, seed=0):
@@ -103,6 +125,39 @@ def sparse_map_data(n=30_000, d=32, n_true=48, k_true=2, seed=0):
 def held_out_fvu(t, x, y) -> float:
     with torch.no_grad():
         return float((t(x) - y).pow(2).sum() / (y - y.mean(0)).pow(2).sum())
+
+
+def test_each_feature_starts_out_firing_on_the_same_share_of_the_inputs():
+    """fit_transcoder's b_enc starts at minus each feature's (1 - 4 k/width) quantile of x @ W_enc over a
+    sample (issue 39's equal start, sae/fit.py): the encoder reads x itself, not x - b_dec. Read back
+    after one step at a learning rate of ~0."""
+    from gptcore.interp.sae.fit import START_SHARE
+
+    x, y, _ = sparse_map_data(n=10_000)
+    t = fit_transcoder(x, y, width=96, k=2, tokens=1024, batch=1024, lr=1e-12)
+    with torch.no_grad():
+        unbiased = (x @ t.W_enc > 0).float().mean(0)  # (96,): b_enc = 0, as the recipe started before
+        share = (x @ t.W_enc + t.b_enc > 0).float().mean(0)  # (96,)
+    assert float(unbiased.max() - unbiased.min()) > 0.2  # random directions: shares from ~1/3 to ~2/3 of the rows
+    want = START_SHARE * 2 / 96  # 0.083; the sample is 4,096 of the 10,000 rows
+    assert 0.75 * want < float(share.min()) and float(share.max()) < 1.3 * want
+
+
+def test_a_dead_feature_is_revived_while_revive_is_on_and_stays_dead_otherwise():
+    """issue 39, shared with the SAE trainer: its b_enc is raised to where it would make the top k of
+    its share of a batch."""
+    fired = {}
+    for revive in (False, True):
+        tr, _x, _y = trainer("cpu", torch.float32, B=256)
+        tr.b_enc[:5] = -100.0  # five features that can never win
+        tr.since_fired[:5] = 1  # and have been silent past dead_tokens (0)
+        tr.revive = revive
+        gen = torch.Generator().manual_seed(4)
+        for _ in range(3):
+            tr.step(torch.randn(256, 12, generator=gen), 2 * torch.randn(256, 12, generator=gen))
+        fired[revive] = int((tr.since_fired[:5] == 0).sum())
+        assert float(tr.b_enc[:5].max()) > -10 if revive else float(tr.b_enc[:5].max()) < -99
+    assert fired == {False: 0, True: 5}
 
 
 def test_a_transcoder_recovers_a_known_sparse_map():

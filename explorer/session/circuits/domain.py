@@ -110,7 +110,8 @@ class CircuitsDomain:
             with self.core.lock, model.hooks_suspended():
                 pairs = stack.enter_context(harvest_mlps(model, ids, cancel=cancel))
             transcoders = training.fit_set(pairs, width=int(width), k=int(k), tokens=int(tokens), seed=seed,
-                                           progress=progress, cancel=cancel, lineage=folder.name)
+                                           progress=progress, cancel=cancel, lineage=folder.name,
+                                           device=model.device)  # trained, and kept, where the model is
         for t in transcoders:
             t.metadata.update({"corpus": name, "trained_on": info.name})
         save_transcoders(transcoders, folder, model_name=info.name, scan=folder.name)
@@ -267,8 +268,8 @@ class CircuitsDomain:
                 from gptcore.errors import Cancelled
 
                 raise Cancelled("cancelled")
-            model = follower.folder.load_step(run.scheme, step, device="cpu").eval()
-            transcoders = load_transcoders(record["steps"][step], model)
+            model = follower.folder.load_step(run.scheme, step, device=self.core.device).eval()
+            transcoders = [t.to(model.device) for t in load_transcoders(record["steps"][step], model)]
             return attribution_graph(model, transcoders, torch.tensor(ids), max_logits=MAX_LOGITS), transcoders
 
         aligned: dict[int, list[bool]] = {}

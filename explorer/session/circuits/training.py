@@ -55,8 +55,9 @@ def metric_sample(held: torch.Tensor, vocab: int) -> torch.Tensor:
 
 
 def fit_set(pairs, *, width: int, k: int, tokens: int, seed: int = 0, init=None, progress=None, cancel=None,
-            lineage: str = "", lr: float | None = None) -> list:
-    """One transcoder per layer on harvested (inputs, outputs) pairs; progress counts tokens over all layers."""
+            lineage: str = "", lr: float | None = None, device=None) -> list:
+    """One transcoder per layer on harvested (inputs, outputs) pairs, trained and returned on `device`
+    (the session's; default where the rows are); progress counts tokens over all layers."""
     from gptcore import fit_transcoder
 
     L, out = len(pairs), []
@@ -66,7 +67,8 @@ def fit_set(pairs, *, width: int, k: int, tokens: int, seed: int = 0, init=None,
                 progress(layer * total + done, L * total, message)
 
         t = fit_transcoder(inputs, targets, width=width, k=k, tokens=tokens, seed=seed, layer=layer, lr=lr,
-                           progress=layer_progress, cancel=cancel, init=None if init is None else init[layer])
+                           progress=layer_progress, cancel=cancel, init=None if init is None else init[layer],
+                           device=device)
         t.metadata["lineage"] = lineage
         out.append(t)
     return out
@@ -128,12 +130,14 @@ def walk(core, run, anchor_folder, anchor, *, tokens: int, progress=None, cancel
                 held_rows = [(x.clone(), y.clone()) for x, y in rows]
             with harvest_mlps(model, train, progress=reading, cancel=cancel) as pairs:
                 fitted = fit_set(pairs, width=width, k=k, tokens=tokens, init=before, cancel=cancel, lineage=lineage,
-                                 progress=lambda d, t, m, step=step: report(step, 0.1 + 0.8 * d / max(t, 1), m))
+                                 progress=lambda d, t, m, step=step: report(step, 0.1 + 0.8 * d / max(t, 1), m),
+                                 device=model.device)
                 report(step, 0.9, "checking the fit on held-out text")
                 before = [_better(new, old, x, y, step) for new, old, (x, y) in zip(fitted, before, held_rows)]
                 for layer, t in enumerate(before):
                     if t.metadata["walk_fvu"] > UNALIGNED_FVU:  # no warm start explains this step: a fresh fit
-                        before[layer] = _fresh(pairs[layer], held_rows[layer], t, tokens, lineage, cancel)
+                        before[layer] = _fresh(pairs[layer], held_rows[layer], t, tokens, lineage, cancel,
+                                               model.device)
             info = dataclasses.replace(core.info, run=dataclasses.replace(run, step=int(step)))
             folder = store.set_folder(info, width, k, walk=True)
             save_transcoders(before, folder, model_name=f"{core.info.name} at step {step:,}", scan=folder.name)
@@ -144,8 +148,10 @@ def walk(core, run, anchor_folder, anchor, *, tokens: int, progress=None, cancel
 
 
 def fvu(t, x: torch.Tensor, y: torch.Tensor) -> float:
-    """The fraction of the variance of y (N, d) that t's prediction from x (N, d) leaves unexplained."""
+    """The fraction of the variance of y (N, d) that t's prediction from x (N, d) leaves unexplained
+    (computed where t is)."""
     with torch.no_grad():
+        x, y = x.to(t.W_dec.device), y.to(t.W_dec.device)
         return float((t(x) - y).pow(2).sum() / (y - y.mean(0)).pow(2).sum().clamp_min(1e-12))
 
 
@@ -164,13 +170,13 @@ def _better(fitted, neighbour, x, y, step: int):
     return kept
 
 
-def _fresh(pair, held_pair, walked, tokens: int, lineage: str, cancel):
-    """The layer fitted from scratch (the warm start explained too little); kept if it explains more."""
+def _fresh(pair, held_pair, walked, tokens: int, lineage: str, cancel, device=None):
+    """The layer fitted from scratch on `device` (the warm start explained too little); kept if it explains more."""
     from gptcore import fit_transcoder
 
     inputs, targets = pair
     t = fit_transcoder(inputs, targets, width=walked.width, k=walked.k, tokens=tokens, layer=walked.layer,
-                       cancel=cancel)
+                       cancel=cancel, device=device)
     score = fvu(t, *held_pair)
     if score >= walked.metadata["walk_fvu"]:
         return walked

@@ -16,17 +16,14 @@ and its activations are in the output's units (decoder rows stay unit vectors).
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
-from gptcore.errors import Cancelled
 from gptcore.interp.circuits.train_step import TranscoderTrainer
 from gptcore.interp.circuits.transcoder import CircuitError, Transcoder, check_sizes
-from gptcore.interp.sae.fit import Cancel, Progress, _input_stats, _lr_factor, _steps, default_lr
+from gptcore.interp.sae.fit import (Cancel, Progress, _input_stats, _steps, dead_schedule, default_lr, equal_start,
+                                   run_steps, start_sample)
 from gptcore.interp.sae.sources import as_source
 
-DEAD_TOKENS_MAX = 10_000_000  # as fit_sae: sparsify's threshold; short runs use a twentieth of their tokens
 WARM_LR_SHARE, WARM_LR_MAX = 0.1, 5e-4  # a warm start's default learning rate: see warm_start_lr
 
 
@@ -48,14 +45,17 @@ def warm_start_lr(width: int, d_out: int) -> float:
 
 def fit_transcoder(inputs, targets, *, width: int, k: int, tokens: int, seed: int = 0, skip: bool = True,
                    layer: int = 0, progress: Progress = None, cancel: Cancel = None, batch: int = 4096,
-                   lr: float | None = None, init: Transcoder | None = None) -> Transcoder:
+                   lr: float | None = None, init: Transcoder | None = None, device=None) -> Transcoder:
     """A transcoder for block `layer` trained to map `inputs` (N, d_in) to `targets` (N, d_out) (tensors
     or ActivationCaches, row i of one paired with row i of the other), `tokens` rows in all, `batch`
     a step. `init`: start from that transcoder's weights (a warm start: feature i stays feature i
     from one training step of the model to the next), at `warm_start_lr` unless `lr` is given.
+    `device`: where to train (default: where `inputs` are; host memory for a disk cache; the targets
+    are brought there); the transcoder is returned there.
     progress(done, total, message) counts tokens;
     cancel() turning true raises gptcore.errors.Cancelled."""
-    xs, ys = as_source(inputs), as_source(targets)
+    xs = as_source(inputs, device)
+    ys = as_source(targets, xs.device)
     if xs.shape[0] != ys.shape[0]:
         raise CircuitError(f"inputs hold {xs.shape[0]:,} rows but targets {ys.shape[0]:,}: each input row "
                            "needs the target (the MLP's output) of the same token")
@@ -67,41 +67,41 @@ def fit_transcoder(inputs, targets, *, width: int, k: int, tokens: int, seed: in
     gen = torch.Generator().manual_seed(int(seed))
     scale_x, _ = _input_stats(xs, gen)
     scale_y, mean_y = _input_stats(ys, gen)
-    trainer = _trainer(init, gen, width, k, d_in, d_out, skip, scale_x, scale_y, mean_y,
-                       lr or (default_lr if init is None else warm_start_lr)(width, d_out),
-                       min(DEAD_TOKENS_MAX, max(tokens // 20, batch)))
-    base_lr = trainer.adam.param_groups[0]["lr"]
-    every = max(1, steps // 200)
-    for step in range(steps):
-        if cancel is not None and cancel():
-            raise Cancelled("transcoder training cancelled")
-        trainer.set_lr(base_lr * _lr_factor(step, steps))
-        rows = torch.randint(xs.shape[0], (batch,), generator=gen)
-        fvu = trainer.step(xs.rows(rows) * scale_x, ys.rows(rows) * scale_y)
-        if not math.isfinite(fvu):
-            raise CircuitError(f"transcoder training diverged (the loss became NaN or inf); pass a smaller lr "
-                               f"than {base_lr:.2e} or check the activations")
-        if progress is not None and ((step + 1) % every == 0 or step + 1 == steps):
-            progress((step + 1) * batch, steps * batch, f"layer {layer}: variance unexplained {fvu:.3f}")
+    base_lr = lr or (default_lr if init is None else warm_start_lr)(width, d_out)
+    trainer = _trainer(init, gen, width, k, d_in, d_out, skip, scale_x, scale_y, mean_y, base_lr,
+                       dead_schedule(tokens, batch), xs.device)
+    if init is None:  # a warm start keeps its b_enc, and does not revive (see the module docstring)
+        equal_start(trainer, start_sample(xs, gen) * scale_x, k)
+    run_steps(trainer, lambda rows: (xs.rows(rows) * scale_x, ys.rows(rows) * scale_y), n_rows=xs.shape[0],
+              steps=steps, batch=batch, gen=gen, base_lr=base_lr, progress=progress, cancel=cancel,
+              what="transcoder", error=CircuitError, label=f"layer {layer}: ", revive=init is None)
     transcoder = _fold(trainer, k, layer, scale_x, scale_y)
     transcoder.metadata = {"training_tokens": steps * batch, "batch": batch, "lr": base_lr, "seed": int(seed),
                            "input_scale": scale_x, "target_scale": scale_y, "trained_with": "gptcore.fit_transcoder"}
     return transcoder
 
 
-def _trainer(init, gen, width, k, d_in, d_out, skip, sx, sy, mean_y, lr, dead_tokens):
-    """A trainer started by the recipe, or from `init` unfolded into this data's scaled units."""
+def _trainer(init, gen, width, k, d_in, d_out, skip, sx, sy, mean_y, lr, dead, device) -> TranscoderTrainer:
+    """A trainer on `device` started by the recipe (random unit rows drawn on the host, the same on
+    every device), or from `init` unfolded into this data's scaled units. `dead`: (dead_tokens,
+    dead_every)."""
+    dead_tokens, dead_every = dead
     if init is None:
-        enc = _unit_rows(torch.randn(width, d_in, generator=gen))  # (width, d_in)
-        dec = _unit_rows(torch.randn(width, d_out, generator=gen))  # (width, d_out)
-        W_skip = torch.zeros(d_in, d_out) if skip else None
-        return TranscoderTrainer(enc, torch.zeros(width), dec, mean_y * sy, W_skip, k, lr, dead_tokens)
+        enc = _unit_rows(torch.randn(width, d_in, generator=gen)).to(device)  # (width, d_in)
+        dec = _unit_rows(torch.randn(width, d_out, generator=gen)).to(device)  # (width, d_out)
+        W_skip = torch.zeros(d_in, d_out, device=device) if skip else None
+        return TranscoderTrainer(enc, torch.zeros(width, device=device), dec, mean_y * sy, W_skip, k, lr, dead_tokens,
+                                 dead_every=dead_every)
     _check_init(init, d_in, d_out, width, skip)
     # raw -> scaled (the inverse of _fold): W_enc*sy/sx, b_enc*sy, b_dec*sy, W_skip*sy/sx
-    enc = init.W_enc.detach().float().t() * (sy / sx)  # (width, d_in)
-    W_skip = init.W_skip.detach().float() * (sy / sx) if skip else None
-    return TranscoderTrainer(enc, init.b_enc.detach().float() * sy, _unit_rows(init.W_dec.detach().float().clone()),
-                             init.b_dec.detach().float() * sy, W_skip, k, lr, dead_tokens)
+
+    def raw(p):
+        return p.detach().to(device, torch.float32)
+
+    enc = raw(init.W_enc).t() * (sy / sx)  # (width, d_in)
+    W_skip = raw(init.W_skip) * (sy / sx) if skip else None
+    return TranscoderTrainer(enc, raw(init.b_enc) * sy, _unit_rows(raw(init.W_dec).clone()), raw(init.b_dec) * sy,
+                             W_skip, k, lr, dead_tokens, dead_every=dead_every)
 
 
 def _unit_rows(m: torch.Tensor) -> torch.Tensor:
@@ -122,6 +122,7 @@ def _fold(trainer: TranscoderTrainer, k: int, layer: int, sx: float, sy: float) 
     top-k choice unchanged), D keeps unit rows, b_dec = bd/sy, W_skip = S*sx/sy."""
     width, d_out = trainer.W_dec.shape
     t = Transcoder(trainer.enc.shape[1], width, k, layer, skip=trainer.W_skip is not None, d_out=d_out)
+    t = t.to(trainer.W_dec.device)
     with torch.no_grad():
         t.W_enc.copy_(trainer.enc.t() * (sx / sy))
         t.b_enc.copy_(trainer.b_enc / sy)

@@ -30,8 +30,8 @@ def train_transcoders(model, ids, *, width: int, k: int, tokens: int, seed: int 
                       progress: Progress = None, cancel: Cancel = None, batch: int = 4096, lr: float | None = None,
                       init: list[Transcoder] | None = None, cache_dir=None) -> list[Transcoder]:
     """One transcoder per block, trained on the model's MLP inputs and outputs over `ids` (sequences,
-    T), `tokens` rows each. `init`: the previous transcoders, one per layer, to warm-start from (as
-    the SAEs are walked over a run's kept steps). progress(done, total, message) reports the read
+    T), `tokens` rows each, on the model's device (and returned there). `init`: the previous
+    transcoders, one per layer, to warm-start from (as the SAEs are walked over a run's kept steps). progress(done, total, message) reports the read
     (sequences), then the training (tokens over every layer)."""
     check_model(model)
     n_layer = model.config.n_layer
@@ -47,20 +47,23 @@ def train_transcoders(model, ids, *, width: int, k: int, tokens: int, seed: int 
 
             out.append(fit_transcoder(inputs, targets, width=width, k=k, tokens=tokens, seed=seed, skip=skip,
                                       layer=layer, progress=layer_progress if progress else None, cancel=cancel,
-                                      batch=batch, lr=lr, init=None if init is None else init[layer]))
+                                      batch=batch, lr=lr, init=None if init is None else init[layer],
+                                      device=model.device))
     return out
 
 
 @contextlib.contextmanager
 def harvest_mlps(model, ids, *, progress: Progress = None, cancel: Cancel = None, cache_dir=None):
-    """Yield [(inputs (S*T, d), outputs (S*T, d))] per layer: tensors, or ActivationCaches whose
-    files are removed when the block ends."""
+    """Yield [(inputs (S*T, d), outputs (S*T, d))] per layer: tensors on the model's device, or
+    ActivationCaches whose files are removed when the block ends."""
     check_model(model)
     ids = check_ids(model, ids)
     L, d = model.config.n_layer, model.config.n_embd
     rows = ids.shape[0] * ids.shape[1]
-    if 2 * L * rows * d * 4 <= sae_harvest.MEMORY_BYTES:
-        stores = [(torch.empty(rows, d), torch.empty(rows, d)) for _ in range(L)]  # (S*T, d) each
+    device = model.device
+    if 2 * L * rows * d * 4 <= sae_harvest.room(device):
+        stores = [(torch.empty(rows, d, device=device), torch.empty(rows, d, device=device))
+                  for _ in range(L)]  # (S*T, d) each
         _fill(model, ids, lambda layer, side, where, block: stores[layer][side].__setitem__(where, block),
               progress, cancel)
         yield stores
@@ -102,7 +105,7 @@ def _fill(model, ids, put, progress, cancel) -> None:
             model(chunk, logits=None)
         where = slice(start * T, (start + len(chunk)) * T)
         for name, layer, side in names:
-            block = seen[name].reshape(len(chunk) * T, -1).to("cpu", torch.float32)  # (b*T, d)
+            block = seen[name].reshape(len(chunk) * T, -1).float()  # (b*T, d), where the model is
             check_finite(block, f"{name} on sequences {start}..{start + len(chunk) - 1}")
             put(layer, side, where, block)
         if progress is not None:

@@ -20,7 +20,9 @@ every device. Training runs where the activations are (a CUDA tensor: on that ca
 `device`, and the SAE returned lives there. The loop reads the loss back (a host sync on a GPU) only
 READINGS times a run, for `progress` and the divergence check: a NaN stays in the
 weights once there, so it is caught at the next reading. `progress(done, total, message)` counts
-tokens; `cancel()` turning true stops the loop with `gptcore.errors.Cancelled`.
+tokens; `cancel()` turning true stops the loop with `gptcore.errors.Cancelled`. The loop
+(`run_steps`), the equal start (`equal_start`) and the dead threshold (`dead_schedule`) are
+`fit_transcoder`'s too (circuits/fit.py).
 """
 from __future__ import annotations
 
@@ -78,29 +80,16 @@ def fit_sae(acts, *, width: int, k: int, tokens: int, seed: int = 0, progress: P
     decoder /= decoder.norm(dim=1, keepdim=True).clamp(min=1e-12)
     base_lr = lr or default_lr(width, d)
     b_dec = mean * scale if init is None else init.b_dec.detach().float().to(device) * scale
-    dead_tokens = min(DEAD_TOKENS_MAX, max(tokens // 20, batch))
-    trainer = TopKTrainer(decoder, b_dec, k, base_lr, dead_tokens=dead_tokens,
-                          dead_every=max(1, dead_tokens // (DEAD_READS * batch)))
+    dead_tokens, dead_every = dead_schedule(tokens, batch)
+    trainer = TopKTrainer(decoder, b_dec, k, base_lr, dead_tokens=dead_tokens, dead_every=dead_every)
     if init is not None:  # the encoder too: raw units in, the trainer's scaled units inside (see _to_sae)
         trainer.enc.copy_(init.W_enc.detach().float().t())
         trainer.b_enc.copy_(init.b_enc.detach().float() * scale)
     else:
         _equal_start(trainer, source, scale, k, gen)
-    every = max(1, steps // READINGS)
-    for step in range(steps):
-        if cancel is not None and cancel():
-            raise Cancelled("SAE training cancelled")
-        trainer.set_lr(base_lr * _lr_factor(step, steps))
-        trainer.revive = step < steps - _decay_steps(steps)  # latents revived then must live through the decay
-        x = source.rows(torch.randint(source.shape[0], (batch,), generator=gen)) * scale  # (batch, d)
-        fvu = trainer.step(x)  # a 0-dim tensor: reading it waits for the step
-        if (step + 1) % every == 0 or step + 1 == steps:
-            fvu = float(fvu)
-            if not math.isfinite(fvu):
-                raise SAEError("SAE training diverged (the loss became NaN or inf); pass a smaller lr "
-                               f"than {base_lr:.2e} or check the activations")
-            if progress is not None:
-                progress((step + 1) * batch, steps * batch, f"training: variance unexplained {fvu:.3f}")
+    run_steps(trainer, lambda rows: (source.rows(rows) * scale,), n_rows=source.shape[0], steps=steps, batch=batch,
+              gen=gen, base_lr=base_lr, progress=progress, cancel=cancel, what="SAE", error=SAEError,
+              label="training: ")
     sae = _to_sae(trainer, k, scale, hook)
     sae.metadata = {"training_tokens": steps * batch, "batch": batch, "lr": base_lr, "seed": int(seed),
                     "input_scale": scale}
@@ -108,22 +97,64 @@ def fit_sae(acts, *, width: int, k: int, tokens: int, seed: int = 0, progress: P
 
 
 def _equal_start(trainer: TopKTrainer, source, scale: float, k: int, gen) -> None:
-    """b_enc so that every latent starts out positive on the same share of the rows,
-    START_SHARE * k/width: minus its pre-activation's quantile there over a sample of START_ROWS
-    rows. Why: with random directions and b_enc = 0, the latents nearest the data's main directions
-    win every top-k and the others never fire, so never learn. Why 4 k/width, not k/width: at k/width
-    (as thresholds, most of the top k would start below 0) the char model's silent latents fell
-    as far but the synthetic recovery test's explained variance dropped 0.83 -> 0.82; at 4 both
-    held (measured 1, 2, 4, 8, 16). Latents a chunk at a time (memory)."""
+    """b_enc so that every latent starts out positive on the same share of the rows (`equal_start`),
+    from START_ROWS rows of the source as the SAE's encoder reads them (scaled, minus b_dec)."""
+    equal_start(trainer, start_sample(source, gen) * scale - trainer.b_dec, k)
+
+
+def start_sample(source, gen) -> torch.Tensor:
+    """START_ROWS rows (fewer in a smaller source) drawn with replacement: the sample b_enc starts from."""
     n = source.shape[0]
-    m = min(n, START_ROWS)
-    x = source.rows(torch.randint(n, (m,), generator=gen)) * scale - trainer.b_dec  # (m, d)
+    return source.rows(torch.randint(n, (min(n, START_ROWS),), generator=gen))  # (m, d)
+
+
+def equal_start(trainer, x: torch.Tensor, k: int) -> None:
+    """b_enc so that every latent starts out positive on the same share of the rows x (m, d_in) (as
+    the encoder reads them), START_SHARE * k/width: minus its pre-activation's quantile there. Why:
+    with random directions and b_enc = 0, the latents nearest the data's main directions win every
+    top-k and the others never fire, so never learn. Why 4 k/width, not k/width: at k/width (as
+    thresholds, most of the top k would start below 0) the char model's silent latents fell as far
+    but the synthetic recovery test's explained variance dropped 0.83 -> 0.82; at 4 both held
+    (measured 1, 2, 4, 8, 16). Latents a chunk at a time (memory). Transcoders start so too
+    (circuits/fit.py)."""
+    m = x.shape[0]
     above = max(1, round(m * min(1.0, START_SHARE * k / trainer.width)))  # rows each latent starts positive on
     rank = max(1, m - above)
     per = max(1, START_FLOATS // m)
     for start in range(0, trainer.width, per):
         pre = x @ trainer.enc[start:start + per].t()  # (m, per)
         trainer.b_enc[start:start + per] = -pre.kthvalue(rank, dim=0).values
+
+
+def dead_schedule(tokens: int, batch: int) -> tuple[int, int]:
+    """(tokens after which a silent latent counts as dead, steps between readings of the dead set):
+    sparsify's 10M, or a twentieth of a shorter run's tokens (at least a batch); read DEAD_READS
+    times per threshold's worth of tokens."""
+    dead_tokens = min(DEAD_TOKENS_MAX, max(tokens // 20, batch))
+    return dead_tokens, max(1, dead_tokens // (DEAD_READS * batch))
+
+
+def run_steps(trainer, batch_of, *, n_rows: int, steps: int, batch: int, gen, base_lr: float, progress: Progress,
+              cancel: Cancel, what: str, error: type, label: str, revive: bool = True) -> None:
+    """The training loop fit_sae and fit_transcoder share: each step `batch` row indices drawn on the host
+    from `gen` (the same rows on every device), `trainer.step(*batch_of(indices))`, the learning rate
+    warmed up and decayed (`_lr_factor`), dead latents revived until the decay (when `revive`). The loss
+    is read READINGS times a run: `progress(done, total, label + "variance unexplained …")` in tokens, and
+    a NaN or inf stops the run with `error` naming the fix. `cancel()` turning true raises Cancelled."""
+    every = max(1, steps // READINGS)
+    for step in range(steps):
+        if cancel is not None and cancel():
+            raise Cancelled(f"{what} training cancelled")
+        trainer.set_lr(base_lr * _lr_factor(step, steps))
+        trainer.revive = revive and step < steps - _decay_steps(steps)  # revived latents must live through the decay
+        fvu = trainer.step(*batch_of(torch.randint(n_rows, (batch,), generator=gen)))  # 0-dim: reading it waits
+        if (step + 1) % every == 0 or step + 1 == steps:
+            fvu = float(fvu)
+            if not math.isfinite(fvu):
+                raise error(f"{what} training diverged (the loss became NaN or inf); pass a smaller lr "
+                            f"than {base_lr:.2e} or check the activations")
+            if progress is not None:
+                progress((step + 1) * batch, steps * batch, f"{label}variance unexplained {fvu:.3f}")
 
 
 def _check_init(init, d: int, width: int) -> None:

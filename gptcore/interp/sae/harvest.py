@@ -45,8 +45,7 @@ def harvest(model, ids, hook: str, *, progress: Progress = None, cancel: Cancel 
     d = hook_width(model, hook)
     S, T = ids.shape
     device = model.device
-    room = device_room(device) if device.type == "cuda" else MEMORY_BYTES
-    if S * T * d * 4 <= room:
+    if S * T * d * 4 <= room(device):
         store = torch.empty(S * T, d, device=device)  # (S*T, d)
         _fill(model, ids, hook, store.__setitem__, progress, cancel)
         yield store
@@ -59,6 +58,11 @@ def harvest(model, ids, hook: str, *, progress: Progress = None, cancel: Cancel 
             yield cache
         finally:
             cache.delete()
+
+
+def room(device: torch.device) -> int:
+    """Bytes of float32 activations a harvest keeps where the model is on `device` (beyond: the disk cache)."""
+    return device_room(device) if device.type == "cuda" else MEMORY_BYTES
 
 
 def _fill(model, ids, hook, put, progress, cancel) -> None:
