@@ -21,6 +21,7 @@ import time
 from PySide6.QtWidgets import QFileDialog
 
 from explorer.controllers.live import LiveRequest
+from explorer.controllers.train_settings import duration
 
 DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
 
@@ -81,7 +82,8 @@ class DictionaryPanelPart:
 
     def _progress(self, done: int, total: int, message: str) -> None:
         elapsed = time.monotonic() - self._started
-        eta = f" · about {elapsed * (total - done) / done:.0f} s left" if 0 < done < total and elapsed > 1 else ""
+        left = elapsed * (total - done) / done if 0 < done < total and elapsed > 1 else None
+        eta = f" · about {duration(left)} left" if left is not None else ""  # "about 54 min 18 s left"
         self.view.set_progress(done, total, f"{message}{eta}")
 
     def _training_ended(self) -> None:

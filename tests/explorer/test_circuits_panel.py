@@ -192,3 +192,22 @@ def test_a_runs_circuit_over_its_kept_steps_and_the_step_shown_opens_its_own_set
     assert c.tset.folder.endswith("gpt2-step000010-w32-k4-walk")
     assert "walked from a neighbouring step" in view.metrics.text() and "variance unexplained" in view.metrics.text()
     _quiet(qtbot, window)
+
+
+def test_the_training_eta_reads_in_minutes_and_hours(monkeypatch):
+    """A GPT-2-small set on a laptop's CPU takes most of an hour: "about 3258 s left" said it badly."""
+    import types
+
+    from explorer.controllers import dictionary_panel
+    from explorer.controllers.dictionary_panel import DictionaryPanelPart
+
+    shown = []
+    part = object.__new__(DictionaryPanelPart)
+    part.view = types.SimpleNamespace(set_progress=lambda done, total, text: shown.append(text))
+    part._started = 100.0
+    monkeypatch.setattr(dictionary_panel.time, "monotonic", lambda: 130.0)  # 30 s for the first 1 % of the work
+    part._progress(1, 100, "layer 0: variance unexplained 0.187")
+    part._progress(50, 100, "layer 6")
+    part._progress(100, 100, "layer 11")  # done: no estimate
+    assert shown == ["layer 0: variance unexplained 0.187 · about 49 min 30 s left", "layer 6 · about 30 s left",
+                     "layer 11"]
