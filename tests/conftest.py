@@ -49,6 +49,10 @@ _install_fake_accelerator()
 QT_PACKAGES = ("PySide6", "shiboken6", "pyqtgraph", "pytestqt")  # pytestqt: pytest-qt (qtbot, qapp)
 QT_MISSING = tuple(name for name in QT_PACKAGES if importlib.util.find_spec(name) is None)
 QT_FIXTURES = {"qtbot", "qapp", "run_screenshot"}  # run_screenshot starts the app, which needs PySide6
+# Test-only packages a GPU image lacks too (its pytest is bare): a module that imports one is skipped the same
+# way, so `pytest -m cuda` collects there. The test extras install them, so CI runs these modules.
+TEST_ONLY_MISSING = tuple(name for name in ("hypothesis",) if importlib.util.find_spec(name) is None)
+OPTIONAL_MISSING = QT_MISSING + TEST_ONLY_MISSING
 
 
 def pytest_addoption(parser) -> None:
@@ -57,12 +61,12 @@ def pytest_addoption(parser) -> None:
 
 
 def _qt_reason(what: str) -> str:
-    return (f"{what}; not installed here: {', '.join(QT_MISSING)} "
+    return (f"{what}; not installed here: {', '.join(OPTIONAL_MISSING)} "
             f"(pip install -e '.[test]' brings them; the headless tests run without)")
 
 
-class _QtOptionalModule(pytest.Module):
-    """A test module that is skipped, not errored, when its import stops at a missing Qt package."""
+class _OptionalPackagesModule(pytest.Module):
+    """A test module that is skipped, not errored, when its import stops at a missing Qt or test-only package."""
 
     def _getobj(self):
         try:
@@ -70,15 +74,15 @@ class _QtOptionalModule(pytest.Module):
         except self.CollectError as exc:
             cause = exc.__cause__
             missing = getattr(cause, "name", None) or ""
-            if isinstance(cause, ModuleNotFoundError) and missing.split(".")[0] in QT_MISSING:
+            if isinstance(cause, ModuleNotFoundError) and missing.split(".")[0] in OPTIONAL_MISSING:
                 pytest.skip(_qt_reason(f"{self.path.name} imports {missing}"), allow_module_level=True)
             raise
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pycollect_makemodule(module_path, parent):
-    if QT_MISSING and module_path.name.startswith("test_"):
-        return _QtOptionalModule.from_parent(parent, path=module_path)
+    if OPTIONAL_MISSING and module_path.name.startswith("test_"):
+        return _OptionalPackagesModule.from_parent(parent, path=module_path)
     return None
 
 
