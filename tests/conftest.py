@@ -149,6 +149,8 @@ SLOW_FIXTURES = {"run_screenshot"}  # the app as a subprocess (`python -m explor
 
 # module -> test functions (every parametrisation) measured at >= 3 s, or starting a process
 SLOW = {
+    "tests/test_without_qt.py": {"test_pytest_m_cuda_collects_without_qt_and_says_what_it_skipped",
+                                 "test_the_headless_session_tests_pass_without_qt"},
     "tests/explorer/test_attention_panel.py": {
         "test_fault_model_swap_mid_computation_draws_nothing_stale", "test_fault_prompt_edge_cases",
         "test_fault_rapid_typing"},
