@@ -30,6 +30,7 @@ from explorer.session.circuits.detail import held_rows, node_detail
 from explorer.session.circuits.pruned import pruned_view
 from explorer.session.circuits.results import CircuitGraph, NodeDetail, TranscoderSet
 from explorer.session.circuits.store import CircuitsError, NoTranscoders, UnreadablePrompt
+from explorer.session.features.store import CorpusCache
 
 MAX_NODES = 8_192  # the live graph's cap (gptcore's own is 16,384): its N × N adjacency is 256 MB here
 MAX_LOGITS = 10
@@ -60,7 +61,7 @@ class CircuitsDomain:
         self._set = None  # (folder, its files' stamp, [Transcoder], TranscoderSet)
         self._graph: _Computed | None = None
         self._held: dict[int, dict] = {}  # layer -> held-out MLP inputs (detail.held_rows) for this state
-        self._corpus = None  # (key, (train, held, name)): encoding a corpus takes seconds
+        self._corpus = CorpusCache()
         self._formed = None  # (key, CircuitFormation)
 
     def forget(self) -> None:
@@ -377,16 +378,7 @@ class CircuitsDomain:
         return ev, name
 
     def _corpus_ids(self, corpus: str, path: str):
-        from explorer.session.features.store import corpus_ids
-
-        key = (corpus, path, id(self.core.model), id(self.core.tokenizer))
-        with self._lock:
-            if self._corpus is not None and self._corpus[0] == key:
-                return self._corpus[1]
-        found = corpus_ids(self.core, corpus, path)
-        with self._lock:
-            self._corpus = (key, found)
-        return found
+        return self._corpus.get(self.core, corpus, path)
 
     def _token_text(self, token_id: int) -> str:
         return self.core.token_strings([int(token_id)])[0]

@@ -29,7 +29,7 @@ from explorer.session.features import stats
 from explorer.session.features.dashboard import BEFORE, AFTER, MAX_CONTEXT, feature_column, feature_dashboard
 from explorer.session.features.results import (FeatureDashboard, FeatureDetail, FeatureSource, FeatureTable,
                                                PromptFeatures)
-from explorer.session.features.store import (FeaturesError, corpus_ids, find_saved, first_sequences, held_sample,
+from explorer.session.features.store import (CorpusCache, FeaturesError, find_saved, first_sequences, held_sample,
                                              hook_for, latest_saved, model_label, read_metrics, sae_folder,
                                              save_metrics)
 from explorer.session.features.training import strongest_tokens
@@ -47,7 +47,7 @@ class FeaturesDomain:
         self._source: FeatureSource | None = None
         self._eval = None  # dict(rows (N, d), ids (N,), seq_len, corpus, acts of the last detail)
         self._table: FeatureTable | None = None
-        self._corpus: tuple | None = None  # (key, (train, held, name)): encoding a corpus takes seconds
+        self._corpus = CorpusCache()
         self._over = None  # FeaturesOverTraining of the run shown, once walked
 
     def forget(self) -> None:
@@ -293,15 +293,7 @@ class FeaturesDomain:
                 yield model
 
     def _corpus_ids(self, corpus: str, path: str):
-        """corpus_ids, kept for the model and tokenizer it was encoded for."""
-        key = (corpus, path, id(self.core.model), id(self.core.tokenizer))
-        with self._lock:
-            if self._corpus is not None and self._corpus[0] == key:
-                return self._corpus[1]
-        found = corpus_ids(self.core, corpus, path)
-        with self._lock:
-            self._corpus = (key, found)
-        return found
+        return self._corpus.get(self.core, corpus, path)
 
     def _current(self, need_eval: bool = True):
         with self._lock:

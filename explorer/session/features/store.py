@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +45,25 @@ def hook_for(kind: str, layer: int, site: str) -> str:
 
 class CorpusError(UserError):
     """The corpus cannot be read or encoded by this model; the message says which to choose instead."""
+
+
+class CorpusCache:
+    """The last corpus encoded by `corpus_ids`, kept for the model and tokenizer it was encoded for:
+    encoding a corpus takes seconds, and a panel asks for it on every selection."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._kept: tuple | None = None  # (key, (train, held, name))
+
+    def get(self, core, choice: str, path: str = "") -> tuple[torch.Tensor, torch.Tensor, str]:
+        key = (choice, path, id(core.model), id(core.tokenizer))
+        with self._lock:
+            if self._kept is not None and self._kept[0] == key:
+                return self._kept[1]
+        found = corpus_ids(core, choice, path)
+        with self._lock:
+            self._kept = (key, found)
+        return found
 
 
 def corpus_ids(core, choice: str, path: str = "") -> tuple[torch.Tensor, torch.Tensor, str]:
