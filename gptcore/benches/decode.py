@@ -25,15 +25,10 @@ from pathlib import Path
 
 import torch
 
-from gptcore.benches.timing import greedy_decode_pair, timed_pair
+from gptcore.benches.timing import greedy_decode_pair, sync, timed_pair
 
 TARGETS = {"decode": (">=", 1.1), "decode_cuda": (">=", 5.0), "decode_cuda_tok_s": (">=", 1000.0),
            "app_stream_share": (">=", 0.9)}
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def bench_decode(hf, ours, prompt: torch.Tensor, plan, device, runs: int | None = None) -> dict:
@@ -57,7 +52,7 @@ def first_token(ours, prompt: torch.Tensor, device) -> dict:
         start = time.perf_counter()
         stream = generate(ours, prompt, max_new_tokens=2, temperature=0)
         step = next(stream)
-        _sync(device)
+        sync(device)
         seconds = time.perf_counter() - start
         stream.close()
         return seconds, step.capture_s

@@ -29,7 +29,7 @@ import time
 import torch
 
 from gptcore.benches import sae_speed
-from gptcore.benches.timing import machine_line
+from gptcore.benches.timing import machine_line, sync
 from gptcore.errors import UserError
 from gptcore.interp.sae import harvest as harvest_module
 from gptcore.interp.sae import sources as sources_module
@@ -83,7 +83,7 @@ def char_sae(args, say) -> dict:
     box = {}
     peak = sae_speed.peak_extra_bytes(lambda: box.setdefault("sae", train_sae(
         model, train_ids, args.hook, width=1024, k=16, tokens=tokens, batch=4096)), calls=1)
-    _sync(args.device)
+    sync(torch.device(args.device))
     seconds = time.perf_counter() - start
     m = sae_metrics(model, box["sae"], val_ids)
     sample = sae_metrics(model, box["sae"], val_ids[:SAMPLE_TOKENS // 64])
@@ -126,7 +126,7 @@ def disk_cache(args, say) -> dict:
         def fit():
             t = time.perf_counter()
             fit_sae(rows, width=8 * cfg.n_embd, k=32, tokens=tokens, batch=1024, device=args.device)
-            _sync(args.device)
+            sync(torch.device(args.device))
             box["fit_tokens_s"] = tokens / (time.perf_counter() - t)
 
         fit_peak = sae_speed.peak_extra_bytes(fit, calls=1)
@@ -138,11 +138,6 @@ def disk_cache(args, say) -> dict:
     return {"cache_tokens": ids.numel(), "cache_mb": rows.nbytes / 2**20, "cache_harvest_s": harvest_s,
             "cache_peak_mb": harvest_peak / 2**20, "cache_fit_peak_mb": fit_peak / 2**20,
             "cache_fit_tokens_s": box["fit_tokens_s"]}
-
-
-def _sync(device) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def main(argv=None) -> int:
