@@ -29,8 +29,7 @@ def _rate(stamps: list[float]) -> float:
 
 
 def measure(device: str = "cpu", new_tokens: int = 128, runs: int = 5, quick: bool = False) -> dict:
-    import torch
-
+    from gptcore.benches.timing import sync
     from gptcore.generation.streaming import generate
     from gptcore.model.config import GPTConfig
     from gptcore.model.gpt import GPT
@@ -44,7 +43,6 @@ def measure(device: str = "cpu", new_tokens: int = 128, runs: int = 5, quick: bo
                       device=device)
     ids = session.generation.context(PROMPT).ids.tolist()
     settings = dict(temperature=0.0, max_new_tokens=new_tokens, n_alternatives=8)
-    sync = (lambda: torch.cuda.synchronize(model.device)) if model.device.type == "cuda" else (lambda: None)
 
     def raw() -> list[float]:
         return [time.perf_counter() for _ in generate(model, ids, max_new_tokens=new_tokens, temperature=0,
@@ -54,7 +52,7 @@ def measure(device: str = "cpu", new_tokens: int = 128, runs: int = 5, quick: bo
         return [time.perf_counter() for _ in session.generation.stream(ids, settings)]
 
     raw(), app()  # warm-up: graphs captured, kernels and allocator warm
-    sync()
+    sync(model.device)
     raw_rates, app_rates = [], []
     for _ in range(runs):
         raw_rates.append(_rate(raw()))
