@@ -19,14 +19,11 @@ def optimizer_groups(model: nn.Module, weight_decay: float) -> list[dict]:
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
 
 
-def make_optimizer(model: nn.Module, cfg: TrainConfig, device_type: str, fused: bool | None = None) -> torch.optim.AdamW:
-    """AdamW over `optimizer_groups`; `fused` chooses torch's fused kernel (None: `choose_fused`).
+def make_optimizer(groups: list[dict], cfg: TrainConfig, fused: bool) -> torch.optim.AdamW:
+    """AdamW over `groups` (`optimizer_groups`); `fused` chooses torch's fused kernel (`choose_fused`).
     The fused kernel is the same update in one pass over the parameters instead of a dozen;
     `fused=False` is torch's default kernel, train.py's on a CPU, bitwise; the two differ in the
     last float bits only."""
-    groups = optimizer_groups(model, cfg.weight_decay)
-    if fused is None:
-        fused, _ = choose_fused(groups, device_type)
     extra = {"fused": True} if fused else {}
     return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), **extra)
 

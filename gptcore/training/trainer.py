@@ -80,9 +80,10 @@ class Trainer:
         self.world_size, self.rank = where.world_size, where.rank
         self.local_accum = train_config.local_accumulation(self.world_size)
         self.fused_choice = None  # adamw_choice.FusedChoice where a CPU timed it
+        groups = optimizer_groups(self.model, train_config.weight_decay)
         if fused is None:
-            fused, self.fused_choice = self._choose_fused()
-        self.optimizer = make_optimizer(self.model, train_config, self.device.type, fused)
+            fused, self.fused_choice = self._choose_fused(groups)
+        self.optimizer = make_optimizer(groups, train_config, fused)
         self.iter_num = 0
         self.best_val_loss = 1e9  # train.py's starting value
         self.last_loss = math.nan
@@ -111,10 +112,10 @@ class Trainer:
         self._healthy_host = True  # the same, where the host checks
         self._launched: list[LaunchedStep] = []
 
-    def _choose_fused(self):
+    def _choose_fused(self, groups: list[dict]):
         """choose_fused on this device; under torch.distributed rank 0's answer is every process's,
         so their weights stay equal to the last bit."""
-        fused, choice = choose_fused(optimizer_groups(self.model, self.config.weight_decay), self.device.type)
+        fused, choice = choose_fused(groups, self.device.type)
         if self.world_size > 1 and self.device.type == "cpu":
             import torch.distributed as dist
 
