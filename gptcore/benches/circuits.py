@@ -87,8 +87,8 @@ def char_graph(model, transcoders, ids, corpus, say) -> dict:
     start = time.perf_counter()
     g = attribution_graph(model, transcoders, ids)
     seconds = time.perf_counter() - start
-    nodes, edges = prune_graph(g)
     influence = node_influence(g)
+    nodes, edges = prune_graph(g, influence=influence)
     features, errors = float(influence[:g.n_features].sum()), float(influence[g.error_nodes].sum())
     share = errors / (features + errors) if features + errors > 0 else math.nan
     top = corpus.decode([int(g.logit_tokens[0])])

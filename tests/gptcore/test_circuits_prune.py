@@ -130,6 +130,17 @@ def test_masks_equal_the_rules_on_random_graphs(node_t, edge_t):
             assert cumulative_influence(g).numpy() == pytest.approx(cumulative, abs=1e-5)
 
 
+def test_influence_kept_by_the_caller_prunes_as_computing_it_does():
+    """The panel and the JSON export compute node_influence once and pass it: the same masks, the same scores."""
+    rng = np.random.default_rng(1)
+    for _ in range(10):
+        g = random_dag(rng)
+        kept = node_influence(g)
+        for a, b in zip(prune_graph(g, 0.6, 0.9, influence=kept), prune_graph(g, 0.6, 0.9)):
+            assert torch.equal(a, b)
+        assert torch.equal(cumulative_influence(g, kept), cumulative_influence(g))
+
+
 def test_a_real_graph_prunes_to_a_connected_circuit():
     model = GPT(GPT2_LIKE, seed=0).eval()
     g = attribution_graph(model, random_transcoders(GPT2_LIKE), torch.randint(50, (8,)))

@@ -49,7 +49,7 @@ def pruned_view(graph, influence: torch.Tensor, node_threshold: float, edge_thre
     CircuitGraph (seconds, text, step, edits, version)."""
     from gptcore import prune_graph
 
-    node_mask, edge_mask = prune_graph(graph, node_threshold, edge_threshold)
+    node_mask, edge_mask = prune_graph(graph, node_threshold, edge_threshold, influence=influence)
     kept = node_mask.nonzero()[:, 0]  # (K,)
     targets, sources = (edge_mask[kept][:, kept]).nonzero(as_tuple=True)  # within the kept block
     weights = graph.adjacency[kept[targets], kept[sources]]

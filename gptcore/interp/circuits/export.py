@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gptcore.interp.circuits.prune import cumulative_influence, prune_graph
+from gptcore.interp.circuits.prune import cumulative_influence, node_influence, prune_graph
 from gptcore.interp.circuits.transcoder import CircuitError
 from gptcore.io.atomic import atomic_write_bytes
 from gptcore.io.checkpoints import read_json
@@ -33,8 +33,9 @@ def graph_json(graph, *, slug: str, scan: str, decode=None, prompt: str | None =
     if not isinstance(slug, str) or not slug or "/" in slug or "\\" in slug:
         raise CircuitError(f"slug must be a non-empty file name without slashes, got {slug!r}")
     decode = decode or (lambda t: f"#{t}")
-    node_mask, edge_mask = prune_graph(graph, node_threshold, edge_threshold)
-    scores = cumulative_influence(graph)
+    influence = node_influence(graph)
+    node_mask, edge_mask = prune_graph(graph, node_threshold, edge_threshold, influence=influence)
+    scores = cumulative_influence(graph, influence)
     tokens = [decode(int(t)) for t in graph.tokens]
     nodes = {int(i): _node(graph, int(i), float(scores[i]), decode) for i in node_mask.nonzero()[:, 0]}
     targets, sources = edge_mask.nonzero(as_tuple=True)

@@ -37,8 +37,11 @@ class PrunedGraph(NamedTuple):
     edge_mask: torch.Tensor  # (N, N) bool, [target, source]
 
 
-def prune_graph(graph, node_threshold: float = 0.8, edge_threshold: float = 0.98) -> PrunedGraph:
-    """Which nodes and edges of `graph` (an AttributionGraph) carry most of its logits' influence."""
+def prune_graph(graph, node_threshold: float = 0.8, edge_threshold: float = 0.98, *,
+                influence: torch.Tensor | None = None) -> PrunedGraph:
+    """Which nodes and edges of `graph` (an AttributionGraph) carry most of its logits' influence.
+    `influence`: the graph's `node_influence`, where the caller keeps it (step 2 is the costly one: an
+    N × N copy and its series), so that a moved threshold only re-prunes."""
     for name, value in (("node_threshold", node_threshold), ("edge_threshold", edge_threshold)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
             raise CircuitError(f"{name} must be a fraction in [0, 1], got {value!r}")
@@ -47,7 +50,7 @@ def prune_graph(graph, node_threshold: float = 0.8, edge_threshold: float = 0.98
     n_protected = graph.n_pos + graph.n_logits  # tokens and logits, the last nodes
     n_sources = N - n_protected  # features and errors
     w = logit_weights(graph)
-    influence = _influence(normalized(A), w)
+    influence = _influence(normalized(A), w) if influence is None else influence
     node_mask = influence >= find_threshold(influence, node_threshold)
     node_mask[n_sources:] = True
     # Steps 4-5 on the kept nodes only: dropped nodes' rows and columns are zero, so their scores are 0
@@ -71,10 +74,11 @@ def node_influence(graph) -> torch.Tensor:
     return _influence(normalized(graph.adjacency.float()), logit_weights(graph))
 
 
-def cumulative_influence(graph) -> torch.Tensor:
-    """(N,) circuit-tracer's cumulative scores: nodes sorted by influence, descending; a node's score
-    is the cumulative share of the total up to and including it. Zero-influence nodes get 1.0."""
-    influence = node_influence(graph)
+def cumulative_influence(graph, influence: torch.Tensor | None = None) -> torch.Tensor:
+    """(N,) circuit-tracer's cumulative scores: nodes sorted by influence (`node_influence`, unless
+    given), descending; a node's score is the cumulative share of the total up to and including it.
+    Zero-influence nodes get 1.0."""
+    influence = node_influence(graph) if influence is None else influence
     ranked, order = torch.sort(influence, descending=True)
     scores = torch.zeros_like(influence)
     scores[order] = torch.cumsum(ranked, 0) / ranked.sum()
