@@ -30,7 +30,7 @@ from explorer.session.circuits.detail import held_rows, node_detail
 from explorer.session.circuits.pruned import pruned_view
 from explorer.session.circuits.results import CircuitGraph, NodeDetail, TranscoderSet
 from explorer.session.circuits.store import CircuitsError, NoTranscoders, UnreadablePrompt
-from explorer.session.features.store import CorpusCache
+from explorer.session.features.store import CorpusCache, slug
 
 MAX_NODES = 8_192  # the live graph's cap (gptcore's own is 16,384): its N × N adjacency is 256 MB here
 MAX_LOGITS = 10
@@ -158,11 +158,6 @@ class CircuitsDomain:
             self._graph = computed
         return view
 
-    def max_tokens(self) -> int:
-        """The longest prompt the graph follows with the set in use (the panel's cap or the model's context)."""
-        _tset, transcoders = self._current()
-        return self._limit(transcoders)[0]
-
     def node(self, index: int, corpus: str = "builtin", path: str = "") -> NodeDetail:
         """Node `index` (of the full graph computed last): for a feature its contexts on held-out text and
         the tokens it promotes; its strongest edges."""
@@ -223,8 +218,8 @@ class CircuitsDomain:
         if computed is None:
             raise CircuitsError("nothing to export yet: wait for the graph")
         path = Path(path)
-        slug = path.stem if path.suffix == ".json" else path.name
-        return save_graph_json(computed.graph, path.parent, slug=slug, scan=store.slug(self.core.info.name),
+        name = path.stem if path.suffix == ".json" else path.name
+        return save_graph_json(computed.graph, path.parent, slug=name, scan=slug(self.core.info.name),
                                decode=self._token_text, prompt=computed.text, node_threshold=float(node_threshold),
                                edge_threshold=float(edge_threshold))
 

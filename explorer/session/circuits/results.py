@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 KIND_FEATURE, KIND_ERROR, KIND_TOKEN, KIND_LOGIT = 0, 1, 2, 3
-KIND_NAMES = ("feature", "error", "token", "logit")
 
 
 @dataclass(frozen=True)

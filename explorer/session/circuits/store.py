@@ -20,7 +20,7 @@ from pathlib import Path
 
 from gptcore.errors import UserError
 from gptcore.io.atomic import atomic_write_bytes
-from explorer.session.features.store import sae_home
+from explorer.session.features.store import sae_home, step_prefix
 
 LAYER_FILE = re.compile(r"^layer_(\d+)\.safetensors$")
 CONFIG = "config.yaml"
@@ -60,14 +60,8 @@ def transcoder_home(info) -> Path:
     return sae.parent.parent / "transcoders" / sae.name
 
 
-def _step_prefix(info) -> str:
-    """"gpt2-step001500-" for a run's step, "" for any other model."""
-    run = info.run
-    return f"{run.scheme}-step{run.step:06d}-" if run is not None else ""
-
-
 def set_folder(info, width: int, k: int, walk: bool = False) -> Path:
-    return transcoder_home(info) / f"{_step_prefix(info)}w{int(width)}-k{int(k)}{WALK_SUFFIX if walk else ''}"
+    return transcoder_home(info) / f"{step_prefix(info)}w{int(width)}-k{int(k)}{WALK_SUFFIX if walk else ''}"
 
 
 def is_set(folder: Path) -> bool:
@@ -79,7 +73,7 @@ def find_saved(info) -> Path | None:
     home = transcoder_home(info)
     if not home.is_dir():
         return None
-    prefix = _step_prefix(info)
+    prefix = step_prefix(info)
     found = []
     for folder in home.iterdir():
         match = NAME.match(folder.name)
@@ -101,11 +95,6 @@ def describe_folder(folder: Path) -> dict:
 def files_stamp(folder: Path) -> tuple:
     """What changes when a set is written again: its files' names, sizes and times."""
     return tuple(tuple(entry) for entry in _weights_stamp(folder)) + ((folder / CONFIG).stat().st_mtime_ns,)
-
-
-def slug(name: str) -> str:
-    """A model's name as a file name ("trained · step 1,500 …" → "trained-step-1-500-…")."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", str(name)).strip("-")[:80] or "model"
 
 
 # -- the metrics beside a set ----------------------------------------------------------------------

@@ -135,17 +135,17 @@ def sae_home(info) -> Path:
         return (source if source.is_dir() else source.parent) / "sae"
     from gptcore.io.user_dirs import user_dir
 
-    return user_dir("data", "gpt-explorer") / "sae" / _slug(info.name)
+    return user_dir("data", "gpt-explorer") / "sae" / slug(info.name)
 
 
-def _step_prefix(info) -> str:
+def step_prefix(info) -> str:
     """"gpt2-step001500-" for a run's step, "" for any other model."""
     run = info.run
     return f"{run.scheme}-step{run.step:06d}-" if run is not None else ""
 
 
 def _prefix(info, layer: int, site: str) -> str:
-    return f"{_step_prefix(info)}L{int(layer)}-{site}-"
+    return f"{step_prefix(info)}L{int(layer)}-{site}-"
 
 
 def sae_folder(info, layer: int, site: str, width: int, k: int) -> Path:
@@ -168,7 +168,7 @@ def latest_saved(info) -> tuple[int, str] | None:
     home = sae_home(info)
     if not home.is_dir():
         return None
-    prefix = _step_prefix(info)
+    prefix = step_prefix(info)
     found = [p for p in home.iterdir() if p.name.startswith(prefix) and (p / "cfg.json").is_file()]
     for folder in sorted(found, key=lambda p: (p / "cfg.json").stat().st_mtime, reverse=True):
         m = re.fullmatch(re.escape(prefix) + r"L(\d+)-(resid|mlp)-w\d+-k\d+", folder.name)
@@ -230,5 +230,6 @@ def read_arrays(path: Path) -> dict | None:
         return None
 
 
-def _slug(name: str) -> str:
+def slug(name: str) -> str:
+    """A model's name as a file name ("trained · step 1,500 …" → "trained-step-1-500-…")."""
     return re.sub(r"[^A-Za-z0-9._-]+", "-", str(name)).strip("-")[:80] or "model"

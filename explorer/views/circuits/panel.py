@@ -18,7 +18,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QDoubleSpinBox, QHBoxLayout, QLabel, QSplitter, QVBoxLayout, QWidget
 
-from explorer.views.circuits.graph_plot import FEATURE, CircuitGraphPlot
+from explorer.views.circuits.graph_plot import FEATURE, TOKEN, CircuitGraphPlot
 from explorer.views.circuits.node_detail import NodeDetail
 from explorer.views.circuits.train_form import TrainForm
 from explorer.widgets.controls import show_text
@@ -210,7 +210,7 @@ class CircuitsPanel(QWidget):
     @staticmethod
     def _end(g, i: int) -> list:
         kind = int(g.kind[i])
-        label = visible_token(g.tokens[int(g.position[i])]) if kind == 2 else str(g.labels[i])
+        label = visible_token(g.tokens[int(g.position[i])]) if kind == TOKEN else str(g.labels[i])
         return [KIND_WORDS[kind], int(g.layer[i]), int(g.position[i]), int(g.feature[i]) if kind == FEATURE else "",
                 label]
 

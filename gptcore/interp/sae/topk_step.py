@@ -72,7 +72,6 @@ class TopKCore:
         self.since_fired = torch.zeros(width, dtype=torch.int64, device=device)  # (width,)
         self.dead = torch.zeros(0, dtype=torch.int64, device=device)  # (n_dead,) what AuxK uses
         self.steps = 0
-        self.aux_alpha = AUX_ALPHA
         self.revive = False  # raise dead latents' b_enc when the dead set is read (the fits turn it on)
 
     @property
@@ -113,7 +112,7 @@ class TopKCore:
         g_out = err * (2 / total_var)  # (B, d_out): d loss / d reconstruction
         dead, k_aux_full = self.dead, err.shape[1] // 2
         k_aux = min(k_aux_full, dead.numel())
-        coeff = 2 * self.aux_alpha * min(dead.numel() / k_aux_full, 1.0) / total_var
+        coeff = 2 * AUX_ALPHA * min(dead.numel() / k_aux_full, 1.0) / total_var
         table, lat, g_lat, w_lat = g_out, idx, g_vals, act
         dense_aux = dead.numel() <= self.dense_aux_limit * k_aux
         if k_aux and not dense_aux:  # many dead: their top k_aux join the sparse gradient
