@@ -51,7 +51,7 @@ class CircuitsController(CircuitsTraining, DictionaryPanelPart, PanelController[
         self.selected: int | None = None  # node index asked for last
         self._selected_key = None  # (kind, layer, position, feature) of it: found again in the next graph
         self._offered = False
-        self._set_up_shared(self._start_graph, debounce_ms, self.cancel)
+        self._set_up_shared(self._start_graph, debounce_ms)
         view.walkRequested.connect(self.walk)
         view.nodeSelected.connect(self.select)
         view.thresholdsChanged.connect(lambda _n, _e: self.live.now())

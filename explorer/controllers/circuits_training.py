@@ -49,10 +49,6 @@ class CircuitsTraining:
         self.formation = None
         self._ask_formation()
 
-    def cancel(self) -> None:
-        for key in self.training_keys:
-            self.ctx.runner.cancel(key)
-
     def _train_failed(self, exc: BaseException) -> None:
         self.view.set_error(self.report_error(exc, "Transcoders not trained").inline)
 

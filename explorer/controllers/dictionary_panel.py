@@ -31,19 +31,24 @@ class DictionaryPanelPart:
     browse_title = "A UTF-8 text file"
     _started = 0.0  # when the training (or walk) now shown began: the ETA's clock
 
-    def _set_up_shared(self, start_work, debounce_ms: int, cancel) -> None:
+    def _set_up_shared(self, start_work, debounce_ms: int) -> None:
         """What both panels start with: the built-in corpus, the prompt followed live (`start_work(done)`
-        starts its work: controllers/live.py), the intents both views send connected (Cancel to
-        `cancel`), and the default prompt."""
+        starts its work: controllers/live.py), the intents both views send connected (Cancel stops every
+        training key), and the default prompt."""
         self.corpus, self.corpus_path = "builtin", ""
         self.live = LiveRequest(start_work, debounce_ms, parent=self)
         view = self.view
-        for signal, slot in ((view.trainRequested, self.train), (view.cancelRequested, cancel),
+        for signal, slot in ((view.trainRequested, self.train), (view.cancelRequested, self.cancel),
                              (view.browseRequested, self._browse), (view.editRequested, self.edit),
                              (view.resetEditsRequested, self.reset_edits), (view.exportRequested, self._export_dialog)):
             signal.connect(slot)
         view.promptChanged.connect(lambda _text: self.live.poke())
         view.set_prompt_text(DEFAULT_PROMPT)
+
+    def cancel(self) -> None:
+        """Stop the panel's training and its walk over a run's steps (`training_keys`)."""
+        for key in self.training_keys:
+            self.ctx.runner.cancel(key)
 
     def set_prompt(self, text: str) -> None:
         if text != self.view.prompt_text():

@@ -57,17 +57,13 @@ class FeaturesController(FeatureTraining, FeatureDashboardPart, DictionaryPanelP
         self.wanted = ("neurons", 0, "resid")  # (kind, layer, site) asked for last
         self._train_tokens = 0
         # Cancel stops whichever runs: the SAE's training, or the walk over the run's steps that follows it
-        self._set_up_shared(self._start_prompt, debounce_ms, self._cancel_training)
+        self._set_up_shared(self._start_prompt, debounce_ms)
         for signal, slot in ((view.dictionaryRequested, self.use), (view.featureSelected, self.select),
                              (view.tokenClicked, self.show_token), (view.contextChanged, self._context_changed)):
             signal.connect(slot)
         self._show_model()
         self._reopen_saved()
         self.refresh()
-
-    def _cancel_training(self) -> None:
-        for key in (KEYS["train"], KEYS["over"]):
-            self.ctx.runner.cancel(key)
 
     # -- the contract (set_prompt: DictionaryPanelPart) ------------------------------------------------
     @property
