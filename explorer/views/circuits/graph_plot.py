@@ -153,9 +153,12 @@ class CircuitGraphPlot(pg.PlotWidget):
         self.getAxis("left").setTicks([row_ticks(graph.n_layers)])
         right = float(self._centres[-1]) + FEATURE_COL if T else 1.0
         left = min(-TOKEN_COL, float(self._x.min()) - FEATURE_COL / 2) if len(self._x) else -TOKEN_COL
-        self.setXRange(left, right + 0.12 * (right - left), padding=0)  # room for the last labels
-        self.setYRange(-0.6, graph.n_layers + 1.7, padding=0)
-        self._relabel()
+        box = self.getPlotItem().getViewBox()
+        before = box.viewRange()
+        self.setRange(xRange=(left, right + 0.12 * (right - left)),  # room for the last labels
+                      yRange=(-0.6, graph.n_layers + 1.7), padding=0)
+        if box.viewRange() == before:  # a new range relabels through sigRangeChanged; the same one does not
+            self._relabel()
 
     def set_clamped(self, clamped) -> None:
         self._clamped = {tuple(c) for c in clamped}
