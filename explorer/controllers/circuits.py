@@ -23,7 +23,6 @@ from PySide6.QtCore import QObject, Signal
 from explorer.controllers.base import PanelController
 from explorer.controllers.circuits_training import KEYS, CircuitsTraining, metrics_html
 from explorer.controllers.dictionary_panel import DictionaryPanelPart
-from explorer.session.circuits.domain import EDIT_SOURCE
 from explorer.session.circuits.store import NoTranscoders, UnreadablePrompt
 from explorer.session.events import ModelSwapped
 from explorer.views.circuits.panel import CircuitsPanel
@@ -180,8 +179,7 @@ class CircuitsController(CircuitsTraining, DictionaryPanelPart, PanelController[
         return self.ctx.session.interp.ablation.features
 
     def _own_edits(self) -> bool:
-        ablation = self.ctx.session.interp.ablation
-        return bool(ablation.features) and ablation.feature_source.startswith(EDIT_SOURCE)
+        return self.ctx.session.circuits.own_edits_held()
 
     def _clamped(self) -> list:
         return [key for key, _v in self._held()] if self._own_edits() else []

@@ -97,7 +97,7 @@ class CircuitsDomain:
 
         model = self.core.require_model()
         check_model(model)
-        if self._own_edits_held():  # the new set must learn the model, not our clamp of the old set's features
+        if self.own_edits_held():  # the new set must learn the model, not our clamp of the old set's features
             self.core.interp.set_feature_edits(None, {})
         info, cfg = self.core.info, model.config
         train_ids, _held, name = self._corpus_ids(corpus, path)
@@ -198,7 +198,7 @@ class CircuitsDomain:
         """{(layer, feature): value} held from this panel for the set `tset`; {} when none (or another
         panel's). CircuitsError when they were made with another set (another step's)."""
         ablation = self.core.interp.ablation
-        if not self._own_edits_held():
+        if not self.own_edits_held():
             return {}
         if ablation.feature_source != EDIT_SOURCE + Path(tset.folder).name:
             made_with = ablation.feature_source[len(EDIT_SOURCE):]
@@ -312,14 +312,15 @@ class CircuitsDomain:
             self._set, self._held = (folder, stamp, transcoders, tset), {}
         return tset, transcoders
 
-    def _own_edits_held(self) -> bool:
+    def own_edits_held(self) -> bool:
+        """Are feature edits in force, and were they made from this panel (with a transcoder set)?"""
         ablation = self.core.interp.ablation
         return bool(ablation.features) and ablation.feature_source.startswith(EDIT_SOURCE)
 
     def _foreign_edit_note(self) -> str:
         """Another panel's feature edit (an SAE's) in words: the graph keeps what it changes fixed."""
         ablation = self.core.interp.ablation
-        if not ablation.features or self._own_edits_held():
+        if not ablation.features or self.own_edits_held():
             return ""
         return (f"{ablation.features_text()} ({ablation.feature_source}) is in force: the graph takes what it "
                 f"changes as fixed at this prompt's run")
