@@ -91,8 +91,9 @@ def _reader(transcoders, err, sums, sq, active, fired):
         t = transcoders[int(hp.name.split(".")[1])]
         x = inputs.pop(t.input_hook).reshape(-1, t.d_in)  # (n, d)
         flat = y.reshape(-1, t.d_out).double()  # (n, d)
-        feats = t.encode(x.to(t.W_enc.device)).to(flat.device)  # (n, width)
-        y_hat = t.decode(feats, x.to(t.W_enc.device)).to(flat.device).double()
+        x = x.to(t.W_enc.device)
+        feats = t.encode(x).to(flat.device)  # (n, width): what is active, counted below
+        y_hat = t(x).to(flat.device).double()  # (n, d): the transcoder's own (sparse, for TopK) prediction
         err[t.layer] += float((flat - y_hat).pow(2).sum())
         sq[t.layer] += float(flat.pow(2).sum())
         sums[t.layer] += flat.sum(0).cpu()
