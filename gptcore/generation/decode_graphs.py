@@ -91,12 +91,13 @@ class CapturedStep:
     def pick_for(self, settings: dict) -> tuple[CapturedPick, float]:
         """The pick for these sampling settings (TokenPicker's keywords): kept, else captured now
         reading this step's `logits`; returns it and the seconds a capture took (0 when kept)."""
-        picker = TokenPicker(device=self.device, **settings)
-        kept = self.picks.get(picker.settings)
+        key = TokenPicker.settings_key(**settings)
+        kept = self.picks.get(key)
         if kept is not None:
-            self.picks.move_to_end(picker.settings)
+            self.picks.move_to_end(key)
             return kept, 0.0
         start = time.perf_counter()
+        picker = TokenPicker(device=self.device, **settings)
         graph = packed = None
         try:
             graph, packed = _capture(lambda: picker.pick(self.logits), self.device, pool=None,
@@ -105,7 +106,7 @@ class CapturedStep:
             log.warning("the token pick could not be captured as a CUDA graph (%s: %s); it runs eagerly after the "
                         "captured forward", type(exc).__name__, exc)
         pick = CapturedPick(picker, graph, packed)
-        self.picks[picker.settings] = pick
+        self.picks[key] = pick
         while len(self.picks) > MAX_PICKS:
             self.picks.popitem(last=False)
         return pick, time.perf_counter() - start

@@ -51,8 +51,16 @@ class TokenPicker:
     @property
     def settings(self) -> tuple:
         """Everything a pick's operations depend on: a captured pick serves exactly these."""
-        return (self.temperature, self.top_k, self.top_p, self.repetition_penalty, self.vocab_limit, self.n,
-                self.vocab_size)
+        return self.settings_key(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
+                                 repetition_penalty=self.repetition_penalty, vocab_limit=self.vocab_limit,
+                                 n_alternatives=self.n, vocab_size=self.vocab_size)
+
+    @staticmethod
+    def settings_key(*, temperature, top_k, top_p, repetition_penalty, vocab_limit, n_alternatives,
+                     vocab_size) -> tuple:
+        """`settings` from the constructor's keywords, without making a picker (a generator and a (V,)
+        tensor on the device) only to look a kept one up."""
+        return (temperature, top_k, top_p, repetition_penalty, vocab_limit, n_alternatives, vocab_size)
 
     def begin(self, context: Sequence[int], seed: int | None) -> None:
         """Start a generation: the penalty sees `context` (prompt ids), the draws follow `seed`
