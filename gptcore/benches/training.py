@@ -106,9 +106,7 @@ def run_train_bench(nanogpt: str | None = None, iters: int = 200, block: int = 1
                     log_interval: int = LOG_INTERVAL) -> dict:
     """Prints the report through `say`; returns its figures (ms/iter, ratio, FLOP/s, val losses)."""
     device = torch.device(device)
-    if device.type == "cuda":  # train.py's: float32 products on TF32 tensor cores (both sides share the process)
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+    speed.use_tf32(device)  # both sides share the process
     recipe = recipe_for(device, dtype, seed, eval_iters, compile)
     path = Path(nanogpt) if nanogpt else default_nanogpt_path()
     module = load_nanogpt(path) if path.is_file() else None

@@ -29,6 +29,7 @@ from gptcore.training.run import RunFolder
 from gptcore.training.setup import RunPlan
 from gptcore.training.trace import TraceWriter
 from gptcore.training.trainer import Trainer
+from gptcore.training import speed
 
 EXIT_OK, EXIT_FAILED, EXIT_SIGINT = 0, 1, 130
 _STOP_CODES = {0: None, 1: "max_time", 2: "SIGTERM", 3: "SIGINT"}
@@ -62,9 +63,7 @@ class TrainingRun:
     # -- setup -------------------------------------------------------------------------------
     def setup(self) -> None:
         plan, cfg = self.plan, self.cfg
-        if torch.device(plan.device).type == "cuda":  # train.py's: float32 products on TF32 tensor cores
-            torch.backends.cuda.matmul.allow_tf32 = True
-            torch.backends.cudnn.allow_tf32 = True
+        speed.use_tf32(plan.device)
         if plan.resume:
             for scheme in plan.schemes:
                 path = self.folder.ckpt(scheme, plan.schemes)

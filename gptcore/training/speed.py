@@ -18,7 +18,16 @@ Measured on the CPU recipe (4 layers, 4 heads, 128 wide, block 64, batch 12; `py
 """
 from __future__ import annotations
 
+import torch
+
 from gptcore.model.cpu import cpu_flags, native_bf16  # the CPU facts live in the model layer (issue 32)
 from gptcore.model.cpu import cpu_name as cpu_model
 
-__all__ = ["cpu_flags", "cpu_model", "native_bf16"]
+__all__ = ["cpu_flags", "cpu_model", "native_bf16", "use_tf32"]
+
+
+def use_tf32(device) -> None:
+    """train.py's setting on CUDA: float32 products on TF32 tensor cores (process-wide); nothing elsewhere."""
+    if torch.device(device).type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
