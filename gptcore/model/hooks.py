@@ -32,11 +32,19 @@ def module_hooked(module: nn.Module) -> bool:
     """True unless we can tell that no forward hook (the module's own or a global one) would see
     `module`'s output. A torch without these records counts as hooked (the safe answer: a fast
     path that skips `__call__` is then never taken)."""
+    try:
+        return bool(module._forward_hooks or module._forward_pre_hooks) or _global_hooks_attached()
+    except AttributeError:
+        return True
+
+
+def _global_hooks_attached() -> bool:
+    """Is a global forward (pre-)hook registered (torch.nn.modules.module.register_module_forward_hook)?
+    True where torch lacks these records."""
     from torch.nn.modules import module as torch_module
 
     try:
-        return bool(module._forward_hooks or module._forward_pre_hooks or torch_module._global_forward_hooks
-                    or torch_module._global_forward_pre_hooks)
+        return bool(torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks)
     except AttributeError:
         return True
 
@@ -207,13 +215,4 @@ class HookWatch:
             self._dicts = None
 
     def attached(self) -> bool:
-        from torch.nn.modules import module as torch_module
-
-        if self._dicts is None:
-            return True
-        try:
-            if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
-                return True
-        except AttributeError:
-            return True
-        return any(self._dicts)
+        return self._dicts is None or _global_hooks_attached() or any(self._dicts)
