@@ -16,7 +16,6 @@ untouched. The two kernels compute the same update up to the last float bits.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import statistics
 import time
 from pathlib import Path
@@ -68,16 +67,10 @@ def choose_cpu_fused(groups: list[dict], *, cache: Path | None = None,
     (fused ms, plain ms)) and cached. Fused where it is not slower."""
     params = [p for g in groups for p in g["params"]]
     cache = cache_path() if cache is None else cache
-    machine, key = machine_key(), shape_key(params)
-    entries = timing_cache.read_entries(cache, CACHE_VERSION, ("fused_ms", "plain_ms"))
-    known = entries.get(machine, {}).get(key)
-    if known is not None:
-        return _decide(known["fused_ms"], known["plain_ms"], "cached")
-    fused_ms, plain_ms = (measure or time_both)(groups)
-    entries.setdefault(machine, {})[key] = {"fused_ms": round(fused_ms, 3), "plain_ms": round(plain_ms, 3),
-                                            "measured": datetime.datetime.now().isoformat(timespec="seconds")}
-    timing_cache.write_entries(cache, CACHE_VERSION, entries)
-    return _decide(fused_ms, plain_ms, "measured")
+    (fused_ms, plain_ms), source = timing_cache.cached_or_measured(
+        cache, CACHE_VERSION, ("fused_ms", "plain_ms"), machine_key(), shape_key(params),
+        lambda: (measure or time_both)(groups))
+    return _decide(fused_ms, plain_ms, source)
 
 
 def _decide(fused_ms: float, plain_ms: float, source: str) -> FusedChoice:

@@ -18,7 +18,6 @@ second-guessed; CUDA keeps train.py's choice (bf16 where supported, else float16
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import statistics
 import time
 from pathlib import Path
@@ -84,16 +83,11 @@ def choose_cpu_autocast(model: nn.Module, batch_size: int, *, cache: Path | None
     if config is None or not hasattr(config, "block_size"):
         return AutocastChoice("float32", None, None, "not measured: the model has no GPTConfig")
     cache = cache_path() if cache is None else cache
-    machine, key = machine_key(), shape_key(config, batch_size)
-    entries = _read_cache(cache)
-    known = entries.get(machine, {}).get(key)
-    if known is not None:
-        return _decide(known["bf16_ms"], known["fp32_ms"], "cached", machine)
-    bf16_ms, fp32_ms = (measure or time_both)(model, batch_size)
-    entries.setdefault(machine, {})[key] = {"bf16_ms": round(bf16_ms, 3), "fp32_ms": round(fp32_ms, 3),
-                                            "measured": datetime.datetime.now().isoformat(timespec="seconds")}
-    _write_cache(cache, entries)
-    return _decide(bf16_ms, fp32_ms, "measured", machine)
+    machine = machine_key()
+    (bf16_ms, fp32_ms), source = timing_cache.cached_or_measured(
+        cache, CACHE_VERSION, ("bf16_ms", "fp32_ms"), machine, shape_key(config, batch_size),
+        lambda: (measure or time_both)(model, batch_size))
+    return _decide(bf16_ms, fp32_ms, source, machine)
 
 
 def _decide(bf16_ms: float, fp32_ms: float, source: str, machine: str) -> AutocastChoice:
@@ -142,11 +136,3 @@ def _device(model: nn.Module) -> torch.device:
     first = next(model.parameters(), None)
     return first.device if first is not None else torch.device("cpu")
 
-
-def _read_cache(path: Path) -> dict:
-    """{machine: {shape: figures}}; an unreadable or foreign file counts as empty (it is re-measured)."""
-    return timing_cache.read_entries(path, CACHE_VERSION, ("bf16_ms", "fp32_ms"))
-
-
-def _write_cache(path: Path, entries: dict) -> None:
-    timing_cache.write_entries(path, CACHE_VERSION, entries)

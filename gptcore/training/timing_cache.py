@@ -8,8 +8,10 @@ cost a re-measurement, nothing else. The layout: {"version": n, "machines": {mac
 """
 from __future__ import annotations
 
+import datetime
 import json
 from pathlib import Path
+from typing import Callable
 
 
 def cache_file(name: str) -> Path:
@@ -49,3 +51,18 @@ def write_entries(path: Path, version: int, entries: dict) -> None:
         atomic_write_bytes(path, json.dumps({"version": version, "machines": entries}, indent=1).encode())
     except OSError:
         pass
+
+
+def cached_or_measured(path: Path, version: int, fields: tuple[str, ...], machine: str, shape: str,
+                       measure: Callable[[], tuple[float, ...]]) -> tuple[tuple[float, ...], str]:
+    """(the `fields`' figures, "cached" or "measured"): this machine's entry for `shape` from the file,
+    else `measure()` (one figure per field, in order) written to it with the time it was taken."""
+    entries = read_entries(path, version, fields)
+    known = entries.get(machine, {}).get(shape)
+    if known is not None:
+        return tuple(known[f] for f in fields), "cached"
+    figures = tuple(measure())
+    entry = {f: round(v, 3) for f, v in zip(fields, figures)}
+    entries.setdefault(machine, {})[shape] = {**entry, "measured": datetime.datetime.now().isoformat(timespec="seconds")}
+    write_entries(path, version, entries)
+    return figures, "measured"
