@@ -16,15 +16,13 @@ from explorer.session.circuits.pruned import node_long_label, strongest_edges
 from explorer.session.circuits.results import NodeDetail
 from explorer.session.features import stats
 from explorer.session.features.dashboard import feature_column
-
-EVAL_BYTES = 64 << 20  # held-out MLP inputs kept per layer (float32)
+from explorer.session.features.store import EVAL_BYTES, first_sequences  # held-out MLP inputs kept per layer
 
 
 def held_rows(model, transcoder, held, cancel=None) -> dict:
     """The held-out state of one layer: its MLP inputs (N, d) on `held` (S, T), with the token ids, as
     `feature_column` reads it (it caches each token's top-k latents in the same dict)."""
-    cap = max(1, EVAL_BYTES // (4 * transcoder.d_in * held.shape[1]))
-    held = held[:cap]
+    held = first_sequences(held, EVAL_BYTES // (4 * transcoder.d_in))
     rows = stats.hook_rows(model, held, transcoder.input_hook, cancel)  # (N, d)
     return {"rows": rows, "ids": held.reshape(-1).numpy(), "seq_len": int(held.shape[1])}
 

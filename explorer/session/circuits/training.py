@@ -35,6 +35,7 @@ import math
 import torch
 
 from explorer.session.circuits import store
+from explorer.session.features.store import first_sequences
 
 HARVEST_BYTES = 256 << 20  # every layer's MLP inputs and outputs the transcoders are fitted on (float32)
 METRIC_LOGITS = 1 << 25  # tokens × vocabulary the metrics' three forwards may cost (GPT-2: ~650 tokens)
@@ -45,13 +46,11 @@ UNALIGNED_FVU = 0.5  # a walked layer explaining less than half its step's MLP o
 
 def harvest_cap(ids: torch.Tensor, n_layer: int, d: int) -> torch.Tensor:
     """The first sequences of `ids` (S, T) whose MLP inputs and outputs fit HARVEST_BYTES."""
-    keep = max(1, HARVEST_BYTES // (2 * n_layer * d * 4 * ids.shape[1]))
-    return ids[:keep]
+    return first_sequences(ids, HARVEST_BYTES // (2 * n_layer * d * 4))
 
 
 def metric_sample(held: torch.Tensor, vocab: int) -> torch.Tensor:
-    tokens = min(METRIC_TOKENS, METRIC_LOGITS // max(vocab, 1))
-    return held[: max(1, tokens // held.shape[1])]
+    return first_sequences(held, min(METRIC_TOKENS, METRIC_LOGITS // max(vocab, 1)))
 
 
 def fit_set(pairs, *, width: int, k: int, tokens: int, seed: int = 0, init=None, progress=None, cancel=None,
@@ -108,7 +107,7 @@ def walk(core, run, anchor_folder, anchor, *, tokens: int, progress=None, cancel
     width, k, lineage = anchor[0].width, anchor[0].k, anchor_folder.name
     train, held, _name = corpus_ids(core, "run", "")
     train = harvest_cap(train, len(anchor), anchor[0].d_in)
-    check = held[: max(1, CHECK_TOKENS // held.shape[1])]
+    check = first_sequences(held, CHECK_TOKENS)
     below = [s for s in reversed(steps) if s < run.step]
     above = [s for s in steps if s > run.step]
     total, done, folders = len(below) + len(above), 0, {run.step: anchor_folder}

@@ -26,8 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from explorer.session.features import stats
-from explorer.session.features.store import (FeaturesError, WEIGHTS_FILE, corpus_ids, held_sample, hook_for,
-                                             model_label, over_training_file, read_arrays, sae_folder, save_arrays)
+from explorer.session.features.store import (FeaturesError, WEIGHTS_FILE, corpus_ids, first_sequences, held_sample,
+                                             hook_for, model_label, over_training_file, read_arrays, sae_folder,
+                                             save_arrays)
 
 HARVEST_ROWS_BYTES = 64 << 20  # activations each step's SAE is fitted on (float32)
 
@@ -117,7 +118,7 @@ def over_training(core, run, layer: int, site: str, anchor, *, tokens: int, prog
     hook, lineage = hook_for("sae", layer, site), anchor.metadata.get("lineage", "")
     train, held, name = corpus_ids(core, "run", "")
     sample = held_sample(held, anchor.d_in, anchor.width)
-    train = train[: max(1, HARVEST_ROWS_BYTES // (4 * anchor.d_in * train.shape[1]))]
+    train = first_sequences(train, HARVEST_ROWS_BYTES // (4 * anchor.d_in))
     below = [s for s in reversed(steps) if s < run.step]
     above = [s for s in steps if s > run.step]
     walk, per_step = _Walk(len(steps), progress, cancel), {}
