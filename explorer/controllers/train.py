@@ -34,7 +34,7 @@ from explorer.controllers.train_settings import (command_settings, form_defaults
 from explorer.views.train.protocol import TrainView
 from explorer.runtime.train_process import TrainProcess
 from explorer.session.events import ModelSwapped
-from explorer.session.training.domain import is_run_model, step_name
+from explorer.session.training.domain import follower_step_name, is_run_model
 from explorer.session.training.runs import RunFollower, new_run_dir
 from explorer.views.train.panel import TrainPanel
 
@@ -230,7 +230,7 @@ class TrainController(RunFollowing, PanelController[TrainView]):
             return
         self.follow_session = True
         self._step_wanted = (scheme, step)
-        name = step_name(step, f.max_iters, f.latest_val(scheme, step), f.corpus_label(), scheme, len(f.schemes))
+        name = follower_step_name(f, scheme, step)
         training = self.ctx.session.training
         self.view.set_shown_step(f"loading step {step:,}…")
         self.submit(STEP_KEY, lambda token, progress: training.show_step(f, scheme, step, name=name, cancel=token),

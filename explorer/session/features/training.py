@@ -84,10 +84,9 @@ def strongest_tokens(core, flat_ids: np.ndarray, summary: dict) -> tuple:
 
 def _step_info(core, run, follower, step: int):
     """The session's facts as they would be with `step` of the run shown (its SAE folder, its name)."""
-    from explorer.session.training.domain import step_name
+    from explorer.session.training.domain import follower_step_name
 
-    name = step_name(step, follower.max_iters, follower.latest_val(run.scheme, step), follower.corpus_label(),
-                     run.scheme, len(follower.schemes))
+    name = follower_step_name(follower, run.scheme, step)
     return dataclasses.replace(core.info, name=name, run=dataclasses.replace(run, step=int(step)))
 
 

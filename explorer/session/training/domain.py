@@ -45,6 +45,12 @@ def step_name(step: int, max_iters: int, val: float | None, corpus: str, scheme:
     return " · ".join(parts)
 
 
+def follower_step_name(follower, scheme: str, step: int) -> str:
+    """step_name with the run's own facts (its length, the step's val loss, its corpus and schemes)."""
+    return step_name(step, follower.max_iters, follower.latest_val(scheme, step), follower.corpus_label(), scheme,
+                     len(follower.schemes))
+
+
 def run_tokenizer(root: Path, meta: dict):
     """(tokenizer or None for GPT-2's, its description) for the run's models."""
     from gptcore.io.char_tokenizer import CHAR_VOCAB_FILE, CharTokenizer
@@ -124,8 +130,7 @@ class TrainingDomain:
         from gptcore.training.run import RunFolderError
 
         core, root = self.core, follower.root
-        name = name or step_name(step, follower.max_iters, follower.latest_val(scheme, step),
-                                 follower.corpus_label(), scheme, len(follower.schemes))
+        name = name or follower_step_name(follower, scheme, step)
         try:
             model = follower.folder.load_step(scheme, step, device=core.device)
         except RunFolderError:
@@ -154,8 +159,7 @@ class TrainingDomain:
                     name: str | None = None) -> StepShown:
         """`model`, the run's `step`, becomes the session's model (a swap) with the run's tokenizer and facts."""
         root = follower.root
-        name = name or step_name(step, follower.max_iters, follower.latest_val(scheme, step), follower.corpus_label(),
-                                 scheme, len(follower.schemes))
+        name = name or follower_step_name(follower, scheme, step)
         tokenizer, tokenizer_name = run_tokenizer(root, follower.meta or follower.folder.read_meta())
         self.core.adopt(model.to(self.core.device).eval(), name=name, source=f"{RUN_SOURCE_PREFIX}{root} ({scheme})",
                         tokenizer=tokenizer, tokenizer_name=tokenizer_name, trained=bool(step),
