@@ -202,6 +202,12 @@ class TrainController(RunFollowing, PanelController[TrainView]):
         view.set_run_charts(f.schemes, {name: (s.train_step, s.train_loss, s.eval_step, s.eval_val)
                                         for name, s in f.series.items()},
                             {name: (s.probe_step, s.icl) for name, s in f.series.items()})
+        self._draw_step_parts(f)
+
+    def _draw_step_parts(self, f: RunFollower) -> None:
+        """What follows the step every panel shows: the scheme's charts with the head census at that step,
+        and the sample of that step."""
+        view = self.view
         scheme = self.scheme()
         s = f.series.get(scheme)
         if s is None:
@@ -240,7 +246,14 @@ class TrainController(RunFollowing, PanelController[TrainView]):
         self.shown = (shown.run, shown.scheme, shown.step)
         self.view.set_shown_step(f"step {shown.step:,} shown")
         self.ctx.show_message(f"every panel now shows {shown.name}", 5000)
-        self.draw()  # the head census and the sample follow the step shown
+        f = self.follower  # the head census and the sample follow the step shown; the rest is drawn already
+        if f is not None:
+            with f.lock:
+                if self.is_shown:
+                    self._draw_step_parts(f)
+                else:
+                    self._stale = True
+                self._follow_latest(f)
 
     def _step_failed(self, exc: BaseException) -> None:
         from gptcore.errors import Cancelled
