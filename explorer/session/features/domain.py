@@ -11,14 +11,13 @@ run's own data (for a model from a training run), or a text file; its last tenth
 statistics and metrics.
 
 What an SAE is trained on and measured against is the model itself, whatever edit is held for
-viewing (a head or MLP ablated in Attribution, a feature clamped here): `model.hooks_suspended()`
+viewing (a head or MLP ablated in Attribution, a feature clamped here): `Session.model_itself()`
 sets those aside for the harvest and the metrics (issue 39). The metrics are measured once and saved
 beside the SAE (store.py), so they come back with it whenever it is shown; the feature table itself
 is measured on the model as every panel shows it (edits included).
 """
 from __future__ import annotations
 
-import contextlib
 import threading
 import uuid
 
@@ -98,7 +97,7 @@ class FeaturesDomain:
         train_ids, _held, name = self._corpus_ids(corpus, path)
         d = model.config.n_embd
         edits = self.core.interp.ablation.text()
-        with self._model_itself() as plain:  # no yield in here: a task run meanwhile would see the model unedited
+        with self.core.model_itself() as plain:  # no yield in here: a task run meanwhile would see the model unedited
             rows = stats.hook_rows(plain, first_sequences(train_ids, HARVEST_BYTES // (4 * d)), hook, cancel)  # (N, d)
         if progress is not None:
             unedited = f", read from the model itself ({edits} set aside)" if edits else ""
@@ -274,23 +273,12 @@ class FeaturesDomain:
         from gptcore import sae_metrics
 
         sample = first_sequences(held, METRIC_LOGITS // self.core.require_model().config.vocab_size)
-        with self._model_itself() as plain:
+        with self.core.model_itself() as plain:
             measured = sae_metrics(plain, dictionary, sample, cancel=cancel)
         metrics = {key: float(measured[key]) for key in measured.keys()}
         on = f"{measured.tokens:,} held-out tokens of {corpus}, model unedited"
         save_metrics(source.folder, metrics, on)
         return metrics, on
-
-    @contextlib.contextmanager
-    def _model_itself(self):
-        """The model under the core's lock with every edit held for viewing (ablation, feature edits) set
-        aside: what an SAE is trained on and measured against. Nothing inside may report progress: a
-        report runs waiting tasks right there, on this thread, which holds the (re-entrant) lock — they
-        would read the unedited model, or change the edits while they are set aside."""
-        with self.core.lock:
-            model = self.core.require_model()
-            with model.hooks_suspended():
-                yield model
 
     def _corpus_ids(self, corpus: str, path: str):
         return self._corpus.get(self.core, corpus, path)
