@@ -22,13 +22,12 @@ Parts 2 and 3 run on the CPU (their bars are the CPU's). --quick shrinks every p
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
 
 import torch
 
-from gptcore.benches.sae import char_model, windows
+from gptcore.benches.sae import json_line, model_and_corpus, windows
 from gptcore.benches.sae_speed import peak_extra_bytes
 from gptcore.benches.timing import machine_line, sync, timed, timed_pair
 from gptcore.interp.circuits.graph import attribution_graph
@@ -40,18 +39,12 @@ from gptcore.interp.circuits.transcoder import Transcoder
 from gptcore.io.loading import resolve_device
 from gptcore.model.config import GPTConfig
 from gptcore.model.gpt import GPT
-from gptcore.training.data import load_corpus
 
 BARS = {"fvu": 0.25, "ce_loss_recovered": 0.8}
 
 
 def char_transcoders(args, say) -> dict:
-    if args.model:
-        from gptcore.io.loading import load
-
-        model, corpus = load(args.model)[0].eval(), load_corpus()
-    else:
-        model, corpus = char_model(args.train_seconds, say)
+    model, corpus = model_and_corpus(args, say)
     device = resolve_device(args.device)
     model = model.to(device)
     train_ids, val_ids = windows(corpus.train, 64, 512 if args.quick else None), windows(corpus.val, 64)
@@ -272,5 +265,5 @@ def main(argv=None) -> int:
     if not args.skip_char:
         out.update(char_transcoders(args, say))
     if args.json:
-        print(json.dumps({k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}))
+        print(json_line(out))
     return 0

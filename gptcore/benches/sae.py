@@ -69,13 +69,23 @@ def windows(ids, T: int, limit: int | None = None) -> torch.Tensor:
     return torch.as_tensor(ids[:n * T].astype("int64")).reshape(n, T)
 
 
-def char_sae(args, say) -> dict:
+def model_and_corpus(args, say):
+    """(model in eval mode, corpus): `--model CKPT` with the pydoc corpus, else the char model trained now
+    for `--train-seconds` (the SAE and circuits benches share it)."""
     if args.model:
         from gptcore.io.loading import load
 
-        model, corpus = load(args.model)[0], load_corpus()
-    else:
-        model, corpus = char_model(args.train_seconds, say)
+        return load(args.model)[0], load_corpus()
+    return char_model(args.train_seconds, say)
+
+
+def json_line(out: dict) -> str:
+    """The figures as one JSON object, a NaN or infinity written as null (JSON has neither)."""
+    return json.dumps({k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()})
+
+
+def char_sae(args, say) -> dict:
+    model, corpus = model_and_corpus(args, say)
     model = model.to(args.device)
     train_ids, val_ids = windows(corpus.train, 64), windows(corpus.val, 64)
     tokens = 100_000 if args.quick else args.tokens
@@ -169,5 +179,5 @@ def main(argv=None) -> int:
     out.update(char_sae(args, say))
     out.update(disk_cache(args, say))
     if args.json:
-        print(json.dumps({k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}))
+        print(json_line(out))
     return 0
