@@ -36,6 +36,7 @@ from gptcore.interp.circuits.metrics import transcoder_metrics
 from gptcore.interp.circuits.prune import node_influence, prune_graph
 from gptcore.interp.circuits.train_step import TranscoderTrainer
 from gptcore.interp.circuits.transcoder import Transcoder
+from gptcore.errors import UserError
 from gptcore.io.loading import resolve_device
 from gptcore.model.config import GPTConfig
 from gptcore.model.gpt import GPT
@@ -255,6 +256,11 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cpu", help="where part 1's model runs and its transcoders train: cpu "
                                                         "(default) or cuda[:N]")
     args = parser.parse_args(argv)
+    try:
+        args.device = str(resolve_device(args.device))  # a device this machine lacks: said before any work
+    except UserError as exc:
+        print(f"python -m gptcore.bench --circuits: {exc}")
+        return 2
     if args.quick:
         args.train_seconds = min(args.train_seconds, 3.0)
     say = (lambda line: None) if args.json else (lambda line: print(line, flush=True))
