@@ -45,6 +45,16 @@ def test_the_cheap_feature_column_equals_the_dense_encode(sae_session, corpus):
         np.testing.assert_array_equal(dash_mod.feature_column(session.features._dictionary, ev, f), rows[:, f].numpy())
 
 
+def test_the_table_encodes_the_held_out_rows_once_and_its_statistics_equal_the_dense_encode(sae_session):
+    session, table = sae_session
+    ev, rows, _ids, _T = _held(session)
+    dictionary = session.features._dictionary
+    assert ev["topk"][0] is dictionary  # the table's pass left each row's latents for the first selection
+    dense = dense_acts(dictionary, rows)  # (N, width): the dense path the table's pass replaces
+    np.testing.assert_array_equal(table.density, (dense > 0).float().mean(0).numpy())
+    np.testing.assert_array_equal(table.max_act, dense.max(0).values.clamp(min=0).numpy())
+
+
 def test_example_groups_are_saedashboards_top_intervals_and_random_draw(sae_session):
     session, table = sae_session
     ev, rows, ids, T = _held(session)

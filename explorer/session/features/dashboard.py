@@ -48,14 +48,13 @@ def feature_column(dictionary, ev: dict, feature: int) -> np.ndarray:
 
 def _topk_of(dictionary, ev: dict) -> tuple[torch.Tensor, torch.Tensor]:
     cached = ev.get("topk")
-    if cached is None or cached[0] is not dictionary:
-        rows, device = ev["rows"], _device_of(dictionary)
+    if cached is None or cached[0] is not dictionary:  # the table seeds it (stats.statistics); the circuits don't
+        rows = ev["rows"]
         values, indices = [], []
-        with torch.no_grad():
-            for start in range(0, rows.shape[0], stats.BATCH):
-                v, i = dictionary.encode_topk(rows[start:start + stats.BATCH].to(device))  # (B, k)
-                values.append(v.float().cpu())
-                indices.append(i.cpu())
+        for start in range(0, rows.shape[0], stats.BATCH):
+            v, i = stats.topk_acts(dictionary, rows[start:start + stats.BATCH])  # (B, k)
+            values.append(v)
+            indices.append(i)
         cached = (dictionary, torch.cat(values) if values else torch.zeros(0, dictionary.k),
                   torch.cat(indices) if indices else torch.zeros(0, dictionary.k, dtype=torch.long))
         ev["topk"] = cached
@@ -183,7 +182,3 @@ def density_histogram(density: np.ndarray, tokens: int, bins: int = DENSITY_BINS
                             float(dense_at), int(density.size), int(tokens))
 
 
-def _device_of(module) -> torch.device:
-    for p in module.parameters():
-        return p.device
-    return torch.device("cpu")

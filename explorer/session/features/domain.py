@@ -260,6 +260,8 @@ class FeaturesDomain:
         with self._lock:
             self._dictionary, self._source, self._table = dictionary, source, table
             self._eval = {"rows": rows, "ids": flat, "seq_len": held.shape[1], "corpus": name}
+            if "topk" in summary:  # the rows' active latents, encoded once for the table and the dashboard
+                self._eval["topk"] = (dictionary, *summary["topk"])
         return table
 
     def _metrics(self, dictionary, source, held, corpus: str, cancel) -> tuple[dict, str]:

@@ -42,23 +42,44 @@ def dense_acts(dictionary, x: torch.Tensor) -> torch.Tensor:
 
 
 def statistics(dictionary, x: torch.Tensor, cancel=None) -> dict:
-    """Per feature: density, max activation, and the rows of its CONTEXTS strongest activations."""
+    """Per feature: density, max activation, and the rows of its CONTEXTS strongest activations; for an
+    SAE also "topk": each row's active latents (values (N, k), indices (N, k)), which the dashboard reads
+    per feature (dashboard.feature_column), so the rows are encoded once."""
     width, n = dictionary.width, x.shape[0]
+    sparse = hasattr(dictionary, "W_enc")  # an SAE: dashboard.feature_column's test
     active = torch.zeros(width)
     best_vals = torch.full((CONTEXTS, width), -float("inf"))  # (C, width)
     best_rows = torch.zeros((CONTEXTS, width), dtype=torch.long)
+    kept_values, kept_indices = [], []
     for start in range(0, n, BATCH):
         if cancel is not None and cancel():
             raise Cancelled("cancelled")
-        acts = dense_acts(dictionary, x[start:start + BATCH])  # (B, width)
+        if sparse:
+            values, indices = topk_acts(dictionary, x[start:start + BATCH])  # (B, k) each
+            kept_values.append(values)
+            kept_indices.append(indices)
+            acts = torch.zeros(values.shape[0], width).scatter_(-1, indices, values)  # (B, width), as encode gives
+        else:
+            acts = dense_acts(dictionary, x[start:start + BATCH])  # (B, width)
         active += (acts > 0).sum(0)
         vals = torch.cat([best_vals, acts])  # (C+B, width)
         rows = torch.cat([best_rows, torch.arange(start, start + acts.shape[0]).unsqueeze(1).expand_as(acts)])
         top = vals.topk(CONTEXTS, dim=0)
         best_vals, best_rows = top.values, rows.gather(0, top.indices)
     max_act = best_vals[0].clamp(min=0) if n else torch.zeros(width)
-    return {"density": (active / max(n, 1)).numpy(), "max_act": max_act.numpy(),
-            "best_vals": best_vals.numpy(), "best_rows": best_rows.numpy()}
+    summary = {"density": (active / max(n, 1)).numpy(), "max_act": max_act.numpy(),
+               "best_vals": best_vals.numpy(), "best_rows": best_rows.numpy()}
+    if sparse:
+        summary["topk"] = (torch.cat(kept_values) if kept_values else torch.zeros(0, dictionary.k),
+                           torch.cat(kept_indices) if kept_indices else torch.zeros(0, dictionary.k, dtype=torch.long))
+    return summary
+
+
+def topk_acts(dictionary, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """An SAE's active latents of rows x (N, d): values (N, k) float32 and indices (N, k), on the CPU."""
+    with torch.no_grad():
+        values, indices = dictionary.encode_topk(x.to(_device_of(dictionary, torch.device("cpu"))))
+    return values.float().cpu(), indices.cpu()
 
 
 def write_directions(model, dictionary, kind: str, layer: int, features=None) -> torch.Tensor:
