@@ -177,6 +177,18 @@ def latest_saved(info) -> tuple[int, str] | None:
     return None
 
 
+def saved_lineage(folder: Path) -> str | None:
+    """The lineage (the walk it belongs to) written in a saved SAE's cfg.json metadata ("" if none), read
+    without its weights; None when there is no SAE there or its cfg.json cannot be read."""
+    if not (folder / WEIGHTS_FILE).is_file():
+        return None
+    try:
+        metadata = json.loads((folder / "cfg.json").read_text(encoding="utf-8")).get("metadata") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    return str(metadata.get("lineage", "")) if isinstance(metadata, dict) else None
+
+
 def model_label(info) -> str:
     """What an SAE's cfg.json calls the model it was trained on: its name, and the run it is a step of."""
     return f"training run {info.run.run_name}: {info.name}" if info.run is not None else info.name

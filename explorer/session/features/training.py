@@ -28,7 +28,7 @@ import numpy as np
 from explorer.session.features import stats
 from explorer.session.features.store import (FeaturesError, WEIGHTS_FILE, corpus_ids, first_sequences, held_sample,
                                              hook_for, model_label, over_training_file, read_arrays, sae_folder,
-                                             save_arrays)
+                                             save_arrays, saved_lineage)
 
 HARVEST_ROWS_BYTES = 64 << 20  # activations each step's SAE is fitted on (float32)
 
@@ -156,15 +156,15 @@ def measure_saved(core, run, layer: int, site: str, width: int, k: int, lineage:
 
     follower, steps = _kept(core, run)
     folders = {s: sae_folder(_step_info(core, run, follower, s), layer, site, width, k) for s in steps}
-    saes = {s: load_sae(f).to(core.device) for s, f in folders.items() if (f / WEIGHTS_FILE).is_file()}
-    saes = {s: sae for s, sae in saes.items() if sae.metadata.get("lineage", "") == lineage}  # one walk's SAEs only
-    if len(saes) < 2:
+    found = sorted(s for s, f in folders.items() if saved_lineage(f) == lineage)  # one walk's SAEs only
+    if len(found) < 2:
         return None
     _train, held, name = corpus_ids(core, "run", "")
     sample, hook = held_sample(held, core.config.n_embd, width), hook_for("sae", layer, site)
-    walk, per_step = _Walk(len(saes), progress, cancel), {}
-    for i, (step, sae) in enumerate(sorted(saes.items())):
+    walk, per_step = _Walk(len(found), progress, cancel), {}
+    for i, step in enumerate(found):  # one step's SAE on the device at a time
         walk.at(i, step, 0.0, "measuring its saved SAE")
+        sae = load_sae(folders[step]).to(core.device)
         per_step[step] = _measure(core, follower.folder.load_step(run.scheme, step, device=core.device), sae, sample,
                                   hook, walk)
     over = _series(layer, site, per_step, k, lineage, int(sample.numel()), name)
