@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import math
 from typing import Iterator, Mapping
 
 import torch
 
 from gptcore.interp.circuits.transcoder import CircuitError, Transcoder, check_transcoders_fit
+from gptcore.interp.sae.edit import edit_value
 
 
 @contextlib.contextmanager
@@ -45,7 +45,7 @@ def transcoder_edit(model, transcoders, edits: Mapping[tuple[int, int], float]) 
         t, (features, values) = transcoders[layer], by_layer[layer]
         x = inputs.pop(layer).reshape(-1, t.d_in)  # (N, d)
         here = t.W_enc.device
-        acts = _feature_acts(t, x.to(here), features.to(here))  # (N, m)
+        acts = t.feature_acts(x.to(here), features.to(here))  # (N, m)
         delta = (values.to(here) - acts) @ t.W_dec[features.to(here)]  # (N, d)
         return y + delta.to(y.device, y.dtype).reshape(y.shape)
 
@@ -91,16 +91,6 @@ class ClampedTranscoder(Transcoder):
         return self.decode(self.encode(x), x)
 
 
-def _feature_acts(t: Transcoder, x: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
-    """(N, m) the activations of `features` at inputs x (N, d): each one's value where it is among the
-    row's top k (ReLU'd), else 0; a ReLU transcoder (k None): ReLU of its pre-activation."""
-    if t.k is None:
-        return (x @ t.W_enc[:, features] + t.b_enc[features]).relu()
-    values, indices = t.encode_topk(x)  # (N, k)
-    hit = indices[:, :, None] == features[None, None, :]  # (N, k, m)
-    return (values[:, :, None] * hit).sum(1)  # (N, m)
-
-
 def _check_edits(transcoders, edits) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
     """{layer: (features (m,), values (m,))} from {(layer, feature): value}; CircuitError naming a bad entry."""
     if not isinstance(edits, Mapping) or not edits:
@@ -119,14 +109,7 @@ def _check_edits(transcoders, edits) -> dict[int, tuple[torch.Tensor, torch.Tens
         if not 0 <= feature < width:
             raise CircuitError(f"feature {feature} does not exist: layer {layer}'s transcoder has features "
                                f"0..{width - 1}")
-        try:
-            value = float(value)
-        except (TypeError, ValueError):
-            raise CircuitError(f"the value for layer {layer}'s feature {feature} must be a number, got {value!r}") \
-                from None
-        if not math.isfinite(value):
-            raise CircuitError(f"the value for layer {layer}'s feature {feature} must be finite, got {value}")
         features, values = by_layer.setdefault(layer, ([], []))
         features.append(feature)
-        values.append(value)
+        values.append(edit_value(value, f"layer {layer}'s feature {feature}", CircuitError))
     return {layer: (torch.tensor(f), torch.tensor(v)) for layer, (f, v) in sorted(by_layer.items())}

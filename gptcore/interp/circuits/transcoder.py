@@ -111,6 +111,16 @@ class Transcoder(nn.Module):
         dense = torch.zeros(*x.shape[:-1], self.width, dtype=values.dtype, device=values.device)
         return dense.scatter_(-1, indices, values)  # (..., width)
 
+    def feature_acts(self, x: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        """(N, d_in), features (m,) -> (N, m): those features' activations, without a dense (N, width) result
+        (as the SAE's `feature_acts`): each one's value where it is among the row's top k (ReLU'd), else 0;
+        a ReLU transcoder (k None): ReLU of its pre-activation."""
+        if self.k is None:
+            return (x.to(self.W_enc.dtype) @ self.W_enc[:, features] + self.b_enc[features]).relu()
+        values, indices = self.encode_topk(x)  # (N, k)
+        hit = indices[:, :, None] == features.to(indices.device)[None, None, :]  # (N, k, m)
+        return (values[:, :, None] * hit).sum(1)  # (N, m)
+
     def skip_term(self, x: torch.Tensor) -> torch.Tensor:
         """(..., d_in) -> (..., d_out): x @ W_skip (zeros without a skip)."""
         if self.W_skip is None:

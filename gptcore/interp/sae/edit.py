@@ -47,15 +47,21 @@ def _check_edits(sae, edits) -> tuple[torch.Tensor, torch.Tensor]:
     for feature, value in edits.items():
         if isinstance(feature, bool) or not isinstance(feature, int) or not 0 <= feature < sae.width:
             raise SAEError(f"feature {feature!r} does not exist: this dictionary has features 0..{sae.width - 1}")
-        try:
-            value = float(value)
-        except (TypeError, ValueError):
-            raise SAEError(f"the value for feature {feature} must be a number, got {value!r}") from None
-        if not math.isfinite(value):
-            raise SAEError(f"the value for feature {feature} must be finite, got {value}")
         features.append(feature)
-        values.append(value)
+        values.append(edit_value(value, f"feature {feature}", SAEError))
     return torch.tensor(features), torch.tensor(values)
+
+
+def edit_value(value, what: str, error: type) -> float:
+    """An edit's value as a finite float, or `error` saying what `what` (e.g. "feature 12") was given.
+    Shared with the transcoders' edits (circuits/edit.py)."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise error(f"the value for {what} must be a number, got {value!r}") from None
+    if not math.isfinite(value):
+        raise error(f"the value for {what} must be finite, got {value}")
+    return value
 
 
 def _weights_device(sae, default: torch.device) -> torch.device:
