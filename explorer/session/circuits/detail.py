@@ -44,15 +44,10 @@ def node_detail(graph, index: int, kept: np.ndarray, token_text, *, model=None, 
                           outgoing=outgoing, version=version)
     feature, layer = int(n["feature"]), int(n["layer"])
     acts = feature_column(transcoder, ev, feature)  # (N,)
-    order = np.argsort(-acts)[: stats.CONTEXTS]
     decode = _decoder(token_text)
-    contexts = tuple(stats.context_of(ev["ids"], ev["seq_len"], int(r), acts, decode) for r in order if acts[r] > 0)
-    logits = stats.logit_rows(model, stats.write_directions(model, transcoder, "sae", layer, [feature]))[0]
-    vocab = min(model.config.vocab_size, len(logits))
-    shown = min(stats.LOGIT_ROWS, vocab)
-    up, down = logits[:vocab].topk(shown), (-logits[:vocab]).topk(shown)
-    promoted = tuple((token_text(int(i)), float(v)) for v, i in zip(up.values, up.indices))
-    suppressed = tuple((token_text(int(i)), float(-v)) for v, i in zip(down.values, down.indices))
+    contexts = stats.top_contexts(acts, ev, decode)
+    promoted, suppressed = stats.promoted_suppressed(
+        model, stats.write_directions(model, transcoder, "sae", layer, [feature]), decode)
     density = float(np.mean(acts > 0)) if acts.size else 0.0
     title = (f"{node_long_label(graph, index, token_text)}: layer {layer}'s transcoder feature {feature} {where} · "
              f"activation {n['activation']:.3g} · active on {density:.2%} of {acts.size:,} held-out tokens")

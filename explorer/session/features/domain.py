@@ -178,17 +178,11 @@ class FeaturesDomain:
         model, (dictionary, ev, table) = self.core.require_model(), self._current()
         feature = self._check_feature(feature)
         acts = feature_column(dictionary, ev, feature)  # (N,)
-        order = np.argsort(-acts)[: stats.CONTEXTS]
         decode = self.core.token_strings
-        contexts = tuple(stats.context_of(ev["ids"], ev["seq_len"], int(r), acts, decode) for r in order if acts[r] > 0)
+        contexts = stats.top_contexts(acts, ev, decode)
         edges, counts = stats.histogram(acts)
-        logits = stats.logit_rows(model, stats.write_directions(model, dictionary, table.source.kind,
-                                                                 table.source.layer, [feature]))[0]
-        vocab = min(model.config.vocab_size, len(logits))
-        shown = min(stats.LOGIT_ROWS, vocab)  # a character model may have fewer tokens than that
-        up, down = logits[:vocab].topk(shown), (-logits[:vocab]).topk(shown)
-        promoted = tuple((decode([int(i)])[0], float(v)) for v, i in zip(up.values, up.indices))
-        suppressed = tuple((decode([int(i)])[0], float(-v)) for v, i in zip(down.values, down.indices))
+        direction = stats.write_directions(model, dictionary, table.source.kind, table.source.layer, [feature])
+        promoted, suppressed = stats.promoted_suppressed(model, direction, decode)
         what = "neuron" if table.source.kind == "neurons" else "feature"
         title = (f"{what} {feature} · active on {table.density[feature]:.2%} of {table.tokens:,} tokens · "
                  f"max {table.max_act[feature]:.3g}")

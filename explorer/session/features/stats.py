@@ -136,3 +136,22 @@ def _device_of(module, default) -> torch.device:
     for p in module.parameters():
         return p.device
     return default
+
+
+def top_contexts(acts: np.ndarray, ev: dict, decode) -> tuple:
+    """Windows of held-out text around a feature's CONTEXTS strongest activations `acts` (N,) (only where
+    it fires); `ev`: the held-out state (ids, seq_len). The Features and Circuits details both show them."""
+    order = np.argsort(-acts)[:CONTEXTS]
+    return tuple(context_of(ev["ids"], ev["seq_len"], int(r), acts, decode) for r in order if acts[r] > 0)
+
+
+def promoted_suppressed(model, direction: torch.Tensor, decode) -> tuple[tuple, tuple]:
+    """The LOGIT_ROWS tokens a direction (1, d) written to the residual stream raises most and lowers most,
+    as ((token, logit), ...) each, over the real vocabulary (a character model may have fewer tokens)."""
+    logits = logit_rows(model, direction)[0]
+    vocab = min(model.config.vocab_size, len(logits))
+    shown = min(LOGIT_ROWS, vocab)
+    up, down = logits[:vocab].topk(shown), (-logits[:vocab]).topk(shown)
+    promoted = tuple((decode([int(i)])[0], float(v)) for v, i in zip(up.values, up.indices))
+    suppressed = tuple((decode([int(i)])[0], float(-v)) for v, i in zip(down.values, down.indices))
+    return promoted, suppressed
