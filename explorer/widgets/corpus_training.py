@@ -108,6 +108,17 @@ class CorpusTrainingRow(QWidget):
         self.corpus.model().item(self.corpus.findData(key)).setEnabled(enabled)
 
 
+def adopt_row(form, row: CorpusTrainingRow, settings) -> None:
+    """Give `form` the row's controls under the names both forms (and their tests) use — width_box, k_box,
+    tokens_box, corpus, browse, file_label, train, cancel — and send the form's browseRequested,
+    trainRequested(settings()) and cancelRequested when they are clicked."""
+    for name in ("width_box", "k_box", "tokens_box", "corpus", "browse", "file_label", "train", "cancel"):
+        setattr(form, name, getattr(row, name))
+    row.browse.clicked.connect(form.browseRequested)
+    row.train.clicked.connect(lambda: form.trainRequested.emit(settings()))
+    row.cancel.clicked.connect(form.cancelRequested)
+
+
 class ProgressLine(QWidget):
     """The progress bar and its text; shown while a training runs or while there is something to say."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
-from explorer.widgets.corpus_training import CorpusTrainingRow, ProgressLine
+from explorer.widgets.corpus_training import CorpusTrainingRow, ProgressLine, adopt_row
 
 TRANSCODER_SPINS = {  # (low, high, step, tip)
     "width": (16, 1 << 17, 256, "Features per transcoder (one transcoder per layer)"),
@@ -34,12 +34,8 @@ class TrainForm(QWidget):
             "corpus and train one transcoder per layer in the background; saved beside the run or model and reopened "
             "by itself", extra=(self.walk,))
         row = self.row
-        self.width_box, self.k_box, self.tokens_box, self.corpus = row.width_box, row.k_box, row.tokens_box, row.corpus
-        self.browse, self.file_label, self.train, self.cancel = row.browse, row.file_label, row.train, row.cancel
-        self.browse.clicked.connect(self.browseRequested)
-        self.train.clicked.connect(lambda: self.trainRequested.emit(self.settings()))
+        adopt_row(self, row, self.settings)
         self.walk.clicked.connect(lambda: self.walkRequested.emit(self.tokens_box.value()))
-        self.cancel.clicked.connect(self.cancelRequested)
         self.progress_line = ProgressLine()
         self.progress, self.progress_text = self.progress_line.progress, self.progress_line.progress_text
         box = QVBoxLayout(self)

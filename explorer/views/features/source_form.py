@@ -7,7 +7,7 @@ from __future__ import annotations
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QButtonGroup, QComboBox, QHBoxLayout, QLabel, QRadioButton, QSizePolicy, QVBoxLayout, QWidget
 
-from explorer.widgets.corpus_training import CorpusTrainingRow, ProgressLine
+from explorer.widgets.corpus_training import CorpusTrainingRow, ProgressLine, adopt_row
 
 SITES = (("resid", "residual stream (after the block)"), ("mlp", "MLP output"))
 NEURON_SITE_TIP = "Neurons are the MLP's hidden units (after its nonlinearity): the site applies to an SAE"
@@ -38,12 +38,7 @@ class SourceForm(QWidget):
         box.addLayout(self.first_row)
         self.sae_row = CorpusTrainingRow(SAE_SPINS, "The text whose activations the SAE learns from", "Train SAE",
                                          "Harvest the site's activations on the corpus and train the SAE in the background")
-        row = self.sae_row
-        self.width_box, self.k_box, self.tokens_box, self.corpus = row.width_box, row.k_box, row.tokens_box, row.corpus
-        self.browse, self.file_label, self.train, self.cancel = row.browse, row.file_label, row.train, row.cancel
-        self.browse.clicked.connect(self.browseRequested)
-        self.train.clicked.connect(lambda: self.trainRequested.emit(self.train_settings()))
-        self.cancel.clicked.connect(self.cancelRequested)
+        adopt_row(self, self.sae_row, self.train_settings)
         box.addWidget(self.sae_row)
         self.progress_row = ProgressLine()
         self.progress, self.progress_text = self.progress_row.progress, self.progress_row.progress_text
