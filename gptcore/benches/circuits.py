@@ -209,7 +209,7 @@ def _source_vectors(model, transcoders, ids, g, clean):
 
 def _frozen_forward(model, transcoders, ids, g, clean, add_embed, add_mlp, rows):
     """Each batch row's target (a feature's pre-activation) in the frozen model with that row's additions."""
-    L, B = model.config.n_layer, add_embed.shape[0]
+    B = add_embed.shape[0]
     seen = {}
 
     def norm(module, x_clean):

@@ -7,7 +7,7 @@ It needs every shape and address fixed, which the static KV cache (model/kv_cach
 forward and TokenPicker (picking.py) the choice of the token.
 
 What is kept: per model (held weakly: a model that goes takes its graphs with it) ONE captured
-step, for its batch, dtype, block size and weights, with its KV cache and the picks captured for
+step (one sequence), for its dtype, block size and weights, with its KV cache and the picks captured for
 the sampling settings used with it (the newest few). Weights are keyed by their storage: a graph
 reads parameters by address, so an in-place edit (a training step shown, `load_state_dict`) is
 read by the next replay as it should be, while a replaced tensor (another model, `assign=True`)
@@ -51,9 +51,10 @@ class GraphsUnavailable(RuntimeError):
     """The captured step cannot serve this generation; the message says why."""
 
 
-def shape_key(model, batch: int) -> tuple:
-    """What a captured step is valid for: device, dtype, batch, block size and the weights' storage."""
-    return (str(model.device), model.dtype, batch, model.config.block_size,
+def shape_key(model) -> tuple:
+    """What a captured step is valid for: device, dtype, block size and the weights' storage (one sequence:
+    the captured forward reads row 0)."""
+    return (str(model.device), model.dtype, model.config.block_size,
             tuple(p.data_ptr() for p in model.parameters()))
 
 
@@ -66,22 +67,22 @@ class CapturedPick:
 
 class CapturedStep:
     """One model's decode step captured as a CUDA graph, with the buffers it reads and writes:
-    `token` (B, 1) and `static.position` in, the KV cache in place, `logits` (V,) out."""
+    `token` (1, 1) and `static.position` in, the KV cache in place, `logits` (V,) out."""
 
-    def __init__(self, model, key: tuple, batch: int):
+    def __init__(self, model, key: tuple):
         self.key = key
         self.device = model.device
         self.weights = list(model.parameters())  # held: a graph must never read freed memory
-        self.cache = model.new_kv_cache(batch, zeroed=True)  # zeroed: masked slots meet 0 · value, never NaN
+        self.cache = model.new_kv_cache(1, zeroed=True)  # zeroed: masked slots meet 0 · value, never NaN
         self.static = StaticKVCache(self.cache)
-        self.token = torch.zeros(batch, 1, dtype=torch.long, device=self.device)  # (B, 1)
+        self.token = torch.zeros(1, 1, dtype=torch.long, device=self.device)  # (1, 1)
         self.picks: OrderedDict[tuple, CapturedPick] = OrderedDict()
         self.busy = False
 
         def forward():
             return model(self.token, kv_cache=self.static, logits="last")[0, -1]  # (V,)
 
-        self.graph, self.logits = _capture(forward, self.device, pool=None)
+        self.graph, self.logits = _capture(forward, self.device)
 
     def replay(self) -> torch.Tensor:
         """The step for `token` at `static.position`: keys and values written, logits (V,) out."""
@@ -100,7 +101,7 @@ class CapturedStep:
         picker = TokenPicker(device=self.device, **settings)
         graph = packed = None
         try:
-            graph, packed = _capture(lambda: picker.pick(self.logits), self.device, pool=None,
+            graph, packed = _capture(lambda: picker.pick(self.logits), self.device,
                                      generator=picker.generator)
         except Exception as exc:  # the pick runs eagerly after the replayed forward: still one launch less per op
             log.warning("the token pick could not be captured as a CUDA graph (%s: %s); it runs eagerly after the "
@@ -112,7 +113,7 @@ class CapturedStep:
         return pick, time.perf_counter() - start
 
 
-def _capture(fn, device: torch.device, pool=None, generator=None):
+def _capture(fn, device: torch.device, generator=None):
     """Capture `fn()` as a CUDA graph after WARMUP_STEPS eager runs on a side stream (what torch's
     own recipe asks: lazy initialisation must not happen inside the capture). A generator the
     region draws from is registered with the graph first, so each replay moves it on as an eager
@@ -131,13 +132,13 @@ def _capture(fn, device: torch.device, pool=None, generator=None):
     graph = torch.cuda.CUDAGraph()
     if generator is not None:
         graph.register_generator_state(generator)
-    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):  # other threads may use the GPU meanwhile
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # other threads may use the GPU meanwhile
         out = fn()
     torch.cuda.synchronize(device)
     return graph, out
 
 
-def acquire(model, batch: int = 1) -> tuple[CapturedStep, float]:
+def acquire(model) -> tuple[CapturedStep, float]:
     """The captured step for `model` now (kept, or captured here: call it with the model in eval
     mode under inference_mode) and the seconds a capture took; marks it busy until `release`.
     Raises GraphsUnavailable with the reason where it cannot be had. A kept step is handed out
@@ -145,7 +146,7 @@ def acquire(model, batch: int = 1) -> tuple[CapturedStep, float]:
     happens with one attached."""
     if model.device.type != "cuda":
         raise GraphsUnavailable(f"CUDA graphs need a CUDA device; the model is on {model.device}")
-    key = shape_key(model, batch)
+    key = shape_key(model)
     with _lock:
         step = _steps.get(model)
         if step is not None and step.key == key:
@@ -162,15 +163,15 @@ def acquire(model, batch: int = 1) -> tuple[CapturedStep, float]:
         _steps.pop(model, None)  # never two captured steps (and KV caches) for one model
         start = time.perf_counter()
         try:
-            step = CapturedStep(model, key, batch)
+            step = CapturedStep(model, key)
         except Exception as exc:
             reason = f"capturing the decode step failed ({type(exc).__name__}: {exc})"
             _failed[model] = (key, reason)
             log.warning("%s; this model decodes without CUDA graphs", reason)
             raise GraphsUnavailable(reason) from exc
         seconds = time.perf_counter() - start
-        log.info("decode step captured as a CUDA graph in %.3f s (%s, batch %d, block %d); kept for the next "
-                 "generation", seconds, model.dtype, batch, model.config.block_size)
+        log.info("decode step captured as a CUDA graph in %.3f s (%s, block %d); kept for the next generation",
+                 seconds, model.dtype, model.config.block_size)
         step.busy = True
         _steps[model] = step
         return step, seconds
