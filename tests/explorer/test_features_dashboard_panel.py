@@ -8,7 +8,6 @@ import re
 
 import numpy as np
 import pytest
-from PySide6.QtCore import Qt
 
 from explorer.widgets.token_stream import visible_token
 

@@ -34,7 +34,6 @@ def _weights(folder) -> bytes:
 # -- metrics ------------------------------------------------------------------------------------------
 def test_metrics_are_saved_beside_the_sae_and_come_back_with_it_whatever_is_edited(corpus, monkeypatch):
     import gptcore
-    from gptcore import neuron_dictionary
 
     session = Session.tiny(block_size=64)
     trained = session.features.train(1, "resid", width=64, k=4, tokens=16_384, corpus="file", path=corpus)

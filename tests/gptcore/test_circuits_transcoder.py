@@ -1,7 +1,6 @@
 """Transcoders and their trainer (issue 38): circuit-tracer's semantics with TopK, the hand-written
 gradients against autograd, recovery of a known sparse map, determinism, warm start, progress,
 cancel and refusals. Oracles are written here."""
-import math
 
 import pytest
 import torch
@@ -77,7 +76,7 @@ def test_the_hand_written_gradients_equal_autograd_on_every_device_and_product_d
     pre-activations are the bfloat16 product's values (the top-k read from it), their gradient the
     float32 one (the cast is a rounding, not a function to differentiate), as test_sae_core.py's oracle."""
     tr, x, y = trainer(device, dtype, n_dead, skip)
-    B, d, W, k = x.shape[0], x.shape[1], tr.width, tr.k
+    d, k = x.shape[1], tr.k
     params = [p.clone().requires_grad_() for p in tr.params]
     E, b_enc, D, b_dec = params[:4]
     exact = x @ E.T + b_enc  # (B, W): no input centring

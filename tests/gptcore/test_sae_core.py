@@ -75,7 +75,7 @@ def test_the_step_equals_autograd_on_every_device_and_product_dtype(device, dtyp
     taken by the same call as the step's, so that bfloat16's ties break alike (dead latents are the
     first n_dead: their columns in order)."""
     tr, x = trainer(device, dtype, n_dead)
-    B, d, W, k = x.shape[0], x.shape[1], tr.width, tr.k
+    d, k = x.shape[1], tr.k
     enc, b_enc, W_dec, b_dec = (t.clone().requires_grad_() for t in (tr.enc, tr.b_enc, tr.W_dec, tr.b_dec))
     exact = (x - b_dec) @ enc.T + b_enc  # (B, W)
     low = torch.addmm(tr.b_enc.to(dtype), (x - tr.b_dec).to(dtype), tr.enc.to(dtype).t())  # what the step ranks
