@@ -140,6 +140,7 @@ class RouteState:
         finally:
             keep.detach()
         self._kept = keep.kept
+        self._replaced_here = keep._replaced  # (L, nh) where the model is: what _compute reads, never sent back
         self.replaced, self.mlp, self.mlp_residual = keep.finish()  # (L, nh), (L, T) every row: cheap
         self._rows: dict[tuple[int, int], tuple[np.ndarray, float]] = {}  # (layer, i) -> ((T, nh), residual)
 
@@ -183,7 +184,7 @@ class RouteState:
         u = value_parts(v, W_O)  # (S, nh, C)
         pattern = self._pattern_rows(l, rows, S)  # (nh, r, S)
         pre, mid = kept[l, "pre"].float(), kept[l, "mid"].float()  # (T, C) each
-        replaced = torch.as_tensor(self.replaced[l], device=mid.device)  # (nh,)
+        replaced = self._replaced_here[l]  # (nh,) on mid's device
         pad = torch.zeros(self.nh, 1, self.T, dtype=torch.float32, device=mid.device)  # (nh, 1, T)
         shares = torch.empty(len(rows), self.T, self.nh, dtype=torch.float32, device=mid.device)  # (r, T, nh)
         resid = torch.empty(len(rows), dtype=torch.float32, device=mid.device)  # (r,)
