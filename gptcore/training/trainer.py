@@ -86,10 +86,7 @@ class Trainer:
         self.optimizer = make_optimizer(groups, train_config, fused)
         self.iter_num = 0
         self.best_val_loss = 1e9  # train.py's starting value
-        self.last_loss = math.nan
-        self.last_lr = train_config.lr_at(0)
-        self.last_grad_norm = math.nan
-        self.last_grad_norms: dict[str, float] = {}
+        self._last: StepRecord | None = None  # the newest step read back: last_loss, last_lr, ...
         self._params = [p for p in self.model.parameters() if p.requires_grad]
         self._group_names, index = grad_norm_groups(self.model)
         self._group_index = torch.tensor(index, device=self.device)
@@ -158,6 +155,23 @@ class Trainer:
     def compile_failure(self) -> str | None:
         """Why torch.compile was given up (one sentence), or None."""
         return self._loss.compile_failure
+
+    # -- the newest step read back (before any: nan, the first step's rate, nan, {}) -----------------
+    @property
+    def last_loss(self) -> float:
+        return self._last.loss if self._last is not None else math.nan
+
+    @property
+    def last_lr(self) -> float:
+        return self._last.lr if self._last is not None else self.config.lr_at(0)
+
+    @property
+    def last_grad_norm(self) -> float:  # the global norm, before clipping
+        return self._last.grad_norm if self._last is not None else math.nan
+
+    @property
+    def last_grad_norms(self) -> dict[str, float]:  # per top-level part and per block
+        return self._last.grad_norms if self._last is not None else {}
 
     @property
     def reads_every_step(self) -> bool:
@@ -299,9 +313,7 @@ class Trainer:
                 break
             records.append(StepRecord(s.step, loss, s.lr, total, dict(zip(self._group_names, row[2:])), dt, end))
         if records:
-            last = records[-1]
-            self.last_loss, self.last_lr, self.last_grad_norm, self.last_grad_norms = (
-                last.loss, last.lr, last.grad_norm, last.grad_norms)
+            self._last = records[-1]
         if error is not None:  # the steps from it on changed nothing: the run stands before it
             self.iter_num = error.step
             self._healthy.fill_(True)
