@@ -10,20 +10,13 @@ error or a cancel).
 from __future__ import annotations
 
 import contextlib
-import tempfile
-from pathlib import Path
 
-import torch
-
-from gptcore.errors import Cancelled
 from gptcore.interp.circuits.fit import fit_transcoder
 from gptcore.interp.circuits.transcoder import INPUT_HOOK, OUTPUT_HOOK, CircuitError, Transcoder, check_model
-from gptcore.interp.sae import harvest as sae_harvest
 from gptcore.interp.sae.fit import Cancel, Progress
-from gptcore.interp.sae.harvest import check_ids, eval_mode
-from gptcore.interp.sae.sources import ActivationCache, check_finite
+from gptcore.interp.sae.harvest import harvest_hooks
 
-TOKENS_PER_FORWARD = 2048
+TOKENS_PER_FORWARD = 2048  # per forward of the harvest (the SAE harvest's figure)
 
 
 def train_transcoders(model, ids, *, width: int, k: int, tokens: int, seed: int = 0, skip: bool = True,
@@ -55,58 +48,10 @@ def train_transcoders(model, ids, *, width: int, k: int, tokens: int, seed: int 
 @contextlib.contextmanager
 def harvest_mlps(model, ids, *, progress: Progress = None, cancel: Cancel = None, cache_dir=None):
     """Yield [(inputs (S*T, d), outputs (S*T, d))] per layer: tensors on the model's device, or
-    ActivationCaches whose files are removed when the block ends."""
+    ActivationCaches whose files are removed when the block ends (the SAE harvest's `harvest_hooks`)."""
     check_model(model)
-    ids = check_ids(model, ids)
-    L, d = model.config.n_layer, model.config.n_embd
-    rows = ids.shape[0] * ids.shape[1]
-    device = model.device
-    if 2 * L * rows * d * 4 <= sae_harvest.room(device):
-        stores = [(torch.empty(rows, d, device=device), torch.empty(rows, d, device=device))
-                  for _ in range(L)]  # (S*T, d) each
-        _fill(model, ids, lambda layer, side, where, block: stores[layer][side].__setitem__(where, block),
-              progress, cancel)
-        yield stores
-        return
-    with tempfile.TemporaryDirectory(dir=cache_dir, prefix="transcoder-acts-") as folder:
-        caches = [tuple(ActivationCache.create(Path(folder) / f"layer{layer}_{side}.f16", rows, d)
-                        for side in ("in", "out")) for layer in range(L)]
-        try:
-            _fill(model, ids, lambda layer, side, where, block: caches[layer][side].write(where.start, block),
-                  progress, cancel)
-            for pair in caches:
-                for cache in pair:
-                    cache.flush()
-            yield caches
-        finally:
-            for pair in caches:
-                for cache in pair:
-                    cache.delete()
-
-
-def _fill(model, ids, put, progress, cancel) -> None:
-    """Run the model over ids a chunk at a time with hooks on every MLP's input and output;
-    put(layer, side (0 in, 1 out), slice, rows (n, d)) each."""
-    S, T = ids.shape
-    L = model.config.n_layer
-    per = max(1, TOKENS_PER_FORWARD // T)
-    names = [(f"blocks.{layer}.{hook}", layer, side) for layer in range(L)
-             for side, hook in enumerate((INPUT_HOOK, OUTPUT_HOOK))]
-    for start in range(0, S, per):
-        if cancel is not None and cancel():
-            raise Cancelled("transcoder training cancelled while reading activations")
-        chunk = ids[start:start + per].to(model.device)  # (b, T)
-        seen = {}
-
-        def keep(x, hp):
-            seen[hp.name] = x.detach()
-
-        with torch.no_grad(), eval_mode(model), model.hooks([(name, keep) for name, _, _ in names]):
-            model(chunk, logits=None)
-        where = slice(start * T, (start + len(chunk)) * T)
-        for name, layer, side in names:
-            block = seen[name].reshape(len(chunk) * T, -1).float()  # (b*T, d), where the model is
-            check_finite(block, f"{name} on sequences {start}..{start + len(chunk) - 1}")
-            put(layer, side, where, block)
-        if progress is not None:
-            progress(start + len(chunk), S, "reading every MLP's input and output")
+    hooks = [f"blocks.{layer}.{hook}" for layer in range(model.config.n_layer) for hook in (INPUT_HOOK, OUTPUT_HOOK)]
+    with harvest_hooks(model, ids, hooks, work="transcoder training", reading="every MLP's input and output",
+                       progress=progress, cancel=cancel, cache_dir=cache_dir, prefix="transcoder-acts-",
+                       per_forward=TOKENS_PER_FORWARD) as stores:
+        yield list(zip(stores[0::2], stores[1::2]))

@@ -41,23 +41,40 @@ def train_sae(model, ids, hook: str, *, width: int, k: int, tokens: int, seed: i
 def harvest(model, ids, hook: str, *, progress: Progress = None, cancel: Cancel = None, cache_dir=None):
     """Yield the hook's activations on `ids` as rows (S*T, d): a tensor on the model's device, or an
     ActivationCache whose files are removed when the block ends (also on an error or a cancel)."""
+    with harvest_hooks(model, ids, [hook], work="SAE training", reading=f"{hook} activations", progress=progress,
+                       cancel=cancel, cache_dir=cache_dir, prefix="sae-acts-") as (rows,):
+        yield rows
+
+
+@contextlib.contextmanager
+def harvest_hooks(model, ids, hooks, *, work: str, reading: str, progress: Progress = None, cancel: Cancel = None,
+                  cache_dir=None, prefix: str = "acts-", per_forward: int | None = None):
+    """Yield every hook's activations on `ids`, in `hooks`' order, each as rows (S*T, d_hook), read in one
+    forward per chunk of `per_forward` tokens (default TOKENS_PER_FORWARD): tensors on the model's device
+    when they all fit there (`room`), else one ActivationCache each in a temporary folder, removed when
+    the block ends (also on an error or a cancel). `work` and `reading` name the job in the cancel and
+    progress messages ("SAE training", "blocks.0.hook_resid_post activations"). The SAE's harvest reads
+    one hook; the transcoders' every MLP's input and output (circuits/harvest.py)."""
     ids = check_ids(model, ids)
-    d = hook_width(model, hook)
+    widths = hook_widths(model, hooks)
     S, T = ids.shape
-    device = model.device
-    if S * T * d * 4 <= room(device):
-        store = torch.empty(S * T, d, device=device)  # (S*T, d)
-        _fill(model, ids, hook, store.__setitem__, progress, cancel)
-        yield store
+    device, fill = model.device, (work, reading, per_forward or TOKENS_PER_FORWARD)
+    if S * T * sum(widths) * 4 <= room(device):
+        stores = [torch.empty(S * T, d, device=device) for d in widths]  # (S*T, d) each
+        _fill(model, ids, hooks, lambda i, where, rows: stores[i].__setitem__(where, rows), progress, cancel, *fill)
+        yield stores
         return
-    with tempfile.TemporaryDirectory(dir=cache_dir, prefix="sae-acts-") as folder:
-        cache = ActivationCache.create(Path(folder) / "acts.f16", S * T, d)
+    with tempfile.TemporaryDirectory(dir=cache_dir, prefix=prefix) as folder:
+        caches = [ActivationCache.create(Path(folder) / f"acts{i}.f16", S * T, d) for i, d in enumerate(widths)]
         try:
-            _fill(model, ids, hook, lambda where, rows: cache.write(where.start, rows), progress, cancel)
-            cache.flush()
-            yield cache
+            _fill(model, ids, hooks, lambda i, where, rows: caches[i].write(where.start, rows), progress, cancel,
+                  *fill)
+            for cache in caches:
+                cache.flush()
+            yield caches
         finally:
-            cache.delete()
+            for cache in caches:
+                cache.delete()
 
 
 def room(device: torch.device) -> int:
@@ -65,32 +82,35 @@ def room(device: torch.device) -> int:
     return device_room(device) if device.type == "cuda" else MEMORY_BYTES
 
 
-def _fill(model, ids, hook, put, progress, cancel) -> None:
-    """Run the model over ids a chunk of sequences at a time; put(slice, rows (n, d)) the hook's rows."""
+def _fill(model, ids, hooks, put, progress, cancel, work: str, reading: str, per_forward: int) -> None:
+    """Run the model over ids a chunk of sequences at a time with every hook attached; put(i, slice, rows
+    (n, d)) hook i's rows."""
     S, T = ids.shape
-    per = max(1, TOKENS_PER_FORWARD // T)
+    per = max(1, per_forward // T)
     for start in range(0, S, per):
         if cancel is not None and cancel():
-            raise Cancelled("SAE training cancelled while reading activations")
+            raise Cancelled(f"{work} cancelled while reading activations")
         chunk = ids[start:start + per].to(model.device)  # (b, T)
-        rows = read_hook(model, chunk, hook).float()  # (b*T, d), where the model is
-        check_finite(rows, f"the activations of {hook} on sequences {start}..{start + len(chunk) - 1}")
-        put(slice(start * T, (start + len(chunk)) * T), rows)
+        seen = read_hooks(model, chunk, hooks)
+        where = slice(start * T, (start + len(chunk)) * T)
+        for i, hook in enumerate(hooks):
+            rows = seen[hook].float()  # (b*T, d), where the model is
+            check_finite(rows, f"the activations of {hook} on sequences {start}..{start + len(chunk) - 1}")
+            put(i, where, rows)
         if progress is not None:
-            progress(start + len(chunk), S, f"reading {hook} activations")
+            progress(start + len(chunk), S, f"reading {reading}")
 
 
-def read_hook(model, ids: torch.Tensor, hook: str) -> torch.Tensor:
-    """The hook's activation on ids (b, T), one row per token: (b*T, d)."""
-    seen = []
+def read_hooks(model, ids: torch.Tensor, hooks) -> dict[str, torch.Tensor]:
+    """Each hook's activation on ids (b, T) in one forward, one row per token: {hook: (b*T, d)}."""
+    seen = {}
 
-    def keep(x, _hp):
-        seen.append(x.detach())
+    def keep(x, hp):
+        seen[hp.name] = x.detach()
 
-    with torch.no_grad(), eval_mode(model), model.hooks([(hook, keep)]):
+    with torch.no_grad(), eval_mode(model), model.hooks([(hook, keep) for hook in hooks]):
         model(ids, logits=None)
-    x = seen[0]
-    return x.reshape(ids.shape[0] * ids.shape[1], -1)
+    return {hook: seen[hook].reshape(ids.shape[0] * ids.shape[1], -1) for hook in hooks}
 
 
 @contextlib.contextmanager
@@ -107,18 +127,31 @@ def eval_mode(model):
 def hook_width(model, hook: str) -> int:
     """How many numbers the hook carries per token (a probe forward of a few tokens); SAEError for
     an unknown hook (listing the valid ones) or one that is not one vector per token."""
-    check_hook_name(model, hook)
+    return hook_widths(model, [hook])[0]
+
+
+def hook_widths(model, hooks) -> list[int]:
+    """hook_width of each hook, from one probe forward."""
+    for hook in hooks:
+        check_hook_name(model, hook)
     T = min(3, model.config.block_size)
-    seen = []
+    seen = {}
+
+    def shape_of(x, hp) -> None:  # returns nothing: the activation goes on unchanged
+        seen[hp.name] = x.shape
+
     probe = torch.zeros(1, T, dtype=torch.long, device=model.device)
-    with torch.no_grad(), eval_mode(model), model.hooks([(hook, lambda x, _hp: seen.append(x.shape))]):
+    with torch.no_grad(), eval_mode(model), model.hooks([(h, shape_of) for h in hooks]):
         model(probe, logits=None)
-    shape = tuple(seen[0])
-    if hook.endswith(PER_PAIR) or shape[:2] != (1, T):
-        raise SAEError(f"{hook} holds {shape} for one sequence of {T} tokens, not one vector per token "
-                       "(attention scores and patterns are per pair of tokens); choose a residual, "
-                       "MLP or attention-output hook")
-    return int(torch.tensor(shape[2:]).prod()) if len(shape) > 2 else 1
+    widths = []
+    for hook in hooks:
+        shape = tuple(seen[hook])
+        if hook.endswith(PER_PAIR) or shape[:2] != (1, T):
+            raise SAEError(f"{hook} holds {shape} for one sequence of {T} tokens, not one vector per token "
+                           "(attention scores and patterns are per pair of tokens); choose a residual, "
+                           "MLP or attention-output hook")
+        widths.append(int(torch.tensor(shape[2:]).prod()) if len(shape) > 2 else 1)
+    return widths
 
 
 def check_hook_name(model, hook) -> None:
