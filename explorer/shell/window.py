@@ -194,14 +194,12 @@ class MainWindow(ModelLoading, QMainWindow):
         """File → Open run… (a folder dialog) or --run DIR: the Train panel follows the run. `show`
         False (--run with another --panel): the panel in front stays; the Train panel is built behind
         it once there is a model, and follows the run from there."""
+        build = self.show_panel if show else self.panel
         if path and self._slots["train"].panel is None:
             self.ctx.run = str(path)  # the Train panel opens it when it is built (now, or once the session exists)
-            if show:
-                self.show_panel("train")
-            else:
-                self.panel("train")
+            build("train")
             return
-        page = self.show_panel("train") if show else self.panel("train")
+        page = build("train")
         if page is not None:
             page.open_run(path)
 
