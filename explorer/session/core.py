@@ -30,7 +30,6 @@ Threading rules (tasks call these methods on the compute thread, views on the GU
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import threading
 from typing import Callable
@@ -98,18 +97,6 @@ class Session:
         if self.model is None:
             raise RuntimeError("no model is loaded yet; wait for loading to finish or open one from the File menu")
         return self.model
-
-    @contextlib.contextmanager
-    def model_itself(self, model=None):
-        """`model` (default: the one loaded) under the session's lock with every edit held for viewing
-        (ablation, feature edits) set aside: what SAEs and transcoders are trained on and measured
-        against. Nothing inside may report progress: a report runs waiting tasks right there, on this
-        thread, which holds the (re-entrant) lock — they would read the unedited model, or change the
-        edits while they are set aside."""
-        with self.lock:
-            model = self.require_model() if model is None else model
-            with model.hooks_suspended():
-                yield model
 
     @property
     def has_model(self) -> bool:

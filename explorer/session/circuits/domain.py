@@ -79,7 +79,7 @@ class CircuitsDomain:
             return tset
         _train, held, name = self._corpus_ids(corpus, path)
         model = self.core.require_model()
-        with self.core.model_itself(model):  # whatever is edited for viewing set aside
+        with self.core.interp.model_itself(model):  # whatever is edited for viewing set aside
             metrics = training.measure(model, transcoders, training.metric_sample(held, model.config.vocab_size),
                                        cancel)
         store.save_metrics(tset.folder, training.clean(metrics), name)
@@ -108,7 +108,7 @@ class CircuitsDomain:
         with contextlib.ExitStack() as stack:
             # One model's rows: nothing runs in between (the module docstring of training.py), and the model
             # itself, with any ablation or feature edit held for viewing set aside (as SAEs are trained).
-            with self.core.model_itself(model):
+            with self.core.interp.model_itself(model):
                 pairs = stack.enter_context(harvest_mlps(model, ids, cancel=cancel))
             transcoders = training.fit_set(pairs, width=int(width), k=int(k), tokens=int(tokens), seed=seed,
                                            progress=progress, cancel=cancel, lineage=folder.name,

@@ -11,7 +11,7 @@ run's own data (for a model from a training run), or a text file; its last tenth
 statistics and metrics.
 
 What an SAE is trained on and measured against is the model itself, whatever edit is held for
-viewing (a head or MLP ablated in Attribution, a feature clamped here): `Session.model_itself()`
+viewing (a head or MLP ablated in Attribution, a feature clamped here): `session.interp.model_itself()`
 sets those aside for the harvest and the metrics (issue 39). The metrics are measured once and saved
 beside the SAE (store.py), so they come back with it whenever it is shown; the feature table itself
 is measured on the model as every panel shows it (edits included).
@@ -97,7 +97,7 @@ class FeaturesDomain:
         train_ids, _held, name = self._corpus_ids(corpus, path)
         d = model.config.n_embd
         edits = self.core.interp.ablation.text()
-        with self.core.model_itself() as plain:  # no yield in here: a task run meanwhile would see the model unedited
+        with self.core.interp.model_itself() as plain:  # no yield in here: a task run meanwhile would see the model unedited
             rows = stats.hook_rows(plain, first_sequences(train_ids, HARVEST_BYTES // (4 * d)), hook, cancel)  # (N, d)
         if progress is not None:
             unedited = f", read from the model itself ({edits} set aside)" if edits else ""
@@ -269,7 +269,7 @@ class FeaturesDomain:
         from gptcore import sae_metrics
 
         sample = first_sequences(held, METRIC_LOGITS // self.core.require_model().config.vocab_size)
-        with self.core.model_itself() as plain:
+        with self.core.interp.model_itself() as plain:
             measured = sae_metrics(plain, dictionary, sample, cancel=cancel)
         metrics = {key: float(measured[key]) for key in measured.keys()}
         on = f"{measured.tokens:,} held-out tokens of {corpus}, model unedited"

@@ -17,6 +17,7 @@ heads, and `ModelSwapped` says so).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from importlib import resources
@@ -66,6 +67,18 @@ class Interpretability:
     @property
     def ablation(self) -> AblationState:
         return self._ablation
+
+    @contextlib.contextmanager
+    def model_itself(self, model=None):
+        """`model` (default: the one loaded) under the session's lock with every edit held for viewing (the
+        ablation, feature edits) set aside: what SAEs and transcoders are trained on and measured against.
+        Nothing inside may report progress: a report runs waiting tasks right there, on this thread, which
+        holds the (re-entrant) lock — they would read the unedited model, or change the edits while they
+        are set aside."""
+        with self.core.lock:
+            model = self.core.require_model() if model is None else model
+            with model.hooks_suspended():
+                yield model
 
     def set_ablation(self, heads=(), mlps=(), mode: str = "zero") -> AblationState:
         """Knock out these heads ((layer, head) pairs) and MLPs (layers) for every panel.
